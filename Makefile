@@ -1,0 +1,30 @@
+# snowflake: the two commands are `make demo` and `make test`.
+PG_MAJOR   ?= 15
+PG_CONFIG  ?= /usr/lib/postgresql/$(PG_MAJOR)/bin/pg_config
+export PG_CONFIG PG_MAJOR
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
+.PHONY: deps install demo test unit sql lint bench package clean
+
+deps:
+	@scripts/deps.sh
+
+# Release build, installed into the PostgreSQL found by $(PG_CONFIG).
+install: deps
+	$(SUDO) env PATH="$$PATH" HOME="$$HOME" cargo pgrx install --release --pg-config $(PG_CONFIG)
+
+demo: install
+	@scripts/demo.sh
+
+# Every test: the pure core (unit + property + multi-threaded stress tests), then SQL tests
+# against real clusters that the tests start and stop themselves.
+test: install
+	cargo test --lib
+	cargo test --test '*' -- --test-threads=2
+
+lint:
+	cargo fmt --check
+	cargo clippy --all-targets -- -D warnings
+
+clean:
+	cargo clean

@@ -1,0 +1,423 @@
+//! The clock + sequence policy: one `State` per server, advanced under the server's lock.
+//!
+//! Invariant: every ID issued from a `State` is strictly greater than the one before it, and
+//! greater than every ID whose timestamp is at or below the floor the state was started from.
+//! Because the node bits are the same for every ID of a server, that makes every ID unique, and
+//! IDs of different nodes can never collide.
+//!
+//! The state never reads a clock itself: the caller passes "now" in, so the policy is tested with
+//! any clock it likes, and the caller decides how to wait (a process-local condvar in tests, a
+//! latch with `CHECK_FOR_INTERRUPTS` in PostgreSQL) without ever holding its lock while it waits.
+
+use super::layout::{assemble, Node, MAX_SEQUENCE, MAX_TIMESTAMP};
+use std::fmt;
+
+/// The first sequence of a new millisecond is drawn from `0..SEQUENCE_SPREAD` instead of always
+/// being 0, so that at low load IDs are not all multiples of 4096 (which would skew `id % n`
+/// sharding). Each millisecond therefore guarantees at least `MIN_IDS_PER_MS` IDs before the
+/// generator borrows the next millisecond.
+pub const SEQUENCE_SPREAD: u32 = 1024;
+pub const MIN_IDS_PER_MS: u32 = MAX_SEQUENCE + 1 - SEQUENCE_SPREAD;
+
+/// Counters kept beside the state; they cost an add each and die with shared memory.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[repr(C)]
+pub struct Stats {
+    pub issued: u64,
+    /// Milliseconds entered ahead of the wall clock because the previous one was exhausted.
+    pub borrowed_ms: u64,
+    /// Times the wall clock was seen to go backwards (one per episode, not per call).
+    pub clock_back_events: u64,
+    pub largest_clock_back_ms: u64,
+    pub waits: u64,
+    pub errors: u64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(C)]
+pub struct State {
+    /// Timestamp field (ms since the epoch) of the last ID issued, or the floor to start above.
+    pub last_ms: u64,
+    /// Sequence of the last ID issued; `MAX_SEQUENCE` means "nothing left in `last_ms`".
+    pub last_seq: u32,
+    /// The highest timestamp IDs may carry until the lease is renewed (see `lease.rs`);
+    /// `u64::MAX` when no lease is required.
+    pub lease_ms: u64,
+    /// The highest clock reading seen, to tell a clock that went back from a borrowed lead.
+    pub clock_high: i64,
+    pub behind: bool,
+    pub stats: Stats,
+}
+
+impl Default for State {
+    fn default() -> Self {
+        State::new()
+    }
+}
+
+/// What one attempt to issue produced.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Step {
+    Issued(i64),
+    /// The millisecond is exhausted and borrowing another would put the ID's timestamp more than
+    /// the allowed drift ahead of the clock: retry once the clock reads `until_ms` (ms since the
+    /// epoch), which is at most a millisecond away.
+    WaitClock {
+        until_ms: i64,
+    },
+    /// The next ID would carry a timestamp beyond the persisted lease: renew it, then retry.
+    WaitLease {
+        needed_ms: u64,
+    },
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GenError {
+    /// The clock reads more than the allowed drift behind the last issued timestamp.
+    ClockBehind { behind_ms: u64, max_drift_ms: u64 },
+    /// The 41-bit timestamp is used up (the year 2080 with Twitter's epoch).
+    TimestampExhausted,
+}
+
+impl fmt::Display for GenError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            GenError::ClockBehind { behind_ms, max_drift_ms } => write!(
+                f,
+                "clock is {behind_ms} ms behind the last issued snowflake timestamp, more than the allowed {max_drift_ms} ms"
+            ),
+            GenError::TimestampExhausted => write!(f, "snowflake timestamp range is exhausted"),
+        }
+    }
+}
+
+/// A cheap, fixed scramble of the millisecond (SplitMix64's finaliser): deterministic, so tests
+/// can predict it, and well spread, so consecutive milliseconds start far apart.
+#[inline]
+pub fn first_sequence(ms: u64) -> u32 {
+    let mut z = ms.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^= z >> 31;
+    (z % u64::from(SEQUENCE_SPREAD)) as u32
+}
+
+impl State {
+    pub const fn new() -> State {
+        State {
+            last_ms: 0,
+            last_seq: MAX_SEQUENCE,
+            lease_ms: u64::MAX,
+            clock_high: i64::MIN,
+            behind: false,
+            stats: Stats {
+                issued: 0,
+                borrowed_ms: 0,
+                clock_back_events: 0,
+                largest_clock_back_ms: 0,
+                waits: 0,
+                errors: 0,
+            },
+        }
+    }
+
+    /// Makes every future ID carry a timestamp above `ms`: used after a restart (the persisted
+    /// lease) and when a table's existing keys must stay below new ones.
+    pub fn raise_floor(&mut self, ms: u64) {
+        if ms >= self.last_ms {
+            self.last_ms = ms;
+            self.last_seq = MAX_SEQUENCE;
+        }
+    }
+
+    /// One attempt to issue an ID at clock reading `now_ms` (ms since the epoch; negative when the
+    /// clock reads before the epoch). Constant time: never loops, never waits.
+    #[inline]
+    pub fn next(&mut self, now_ms: i64, node: Node, max_drift_ms: u64) -> Result<Step, GenError> {
+        self.observe_clock(now_ms);
+        let (ms, seq) = if now_ms > self.last_ms as i64 {
+            (now_ms as u64, first_sequence(now_ms as u64))
+        } else if self.last_seq < MAX_SEQUENCE {
+            (self.last_ms, self.last_seq + 1)
+        } else {
+            (self.last_ms + 1, first_sequence(self.last_ms + 1))
+        };
+        // How far the candidate timestamp runs ahead of the clock: 0 in the common case, the size
+        // of the backward step when the clock went back, one more when a millisecond is borrowed.
+        let lead = (ms as i128 - now_ms as i128).max(0) as u128;
+        if lead > u128::from(max_drift_ms) {
+            let behind = (self.last_ms as i128 - now_ms as i128).max(0) as u128;
+            if behind > u128::from(max_drift_ms) || ms != self.last_ms + 1 {
+                self.stats.errors += 1;
+                return Err(GenError::ClockBehind {
+                    behind_ms: behind.min(u128::from(u64::MAX)) as u64,
+                    max_drift_ms,
+                });
+            }
+            self.stats.waits += 1;
+            return Ok(Step::WaitClock {
+                until_ms: (ms - max_drift_ms) as i64,
+            });
+        }
+        if ms > MAX_TIMESTAMP {
+            self.stats.errors += 1;
+            return Err(GenError::TimestampExhausted);
+        }
+        if ms > self.lease_ms {
+            self.stats.waits += 1;
+            return Ok(Step::WaitLease { needed_ms: ms });
+        }
+        if lead > 0 && ms != self.last_ms {
+            self.stats.borrowed_ms += 1;
+        }
+        self.last_ms = ms;
+        self.last_seq = seq;
+        self.stats.issued += 1;
+        Ok(Step::Issued(assemble(ms, node, seq)))
+    }
+
+    #[inline]
+    fn observe_clock(&mut self, now_ms: i64) {
+        if now_ms >= self.clock_high {
+            self.clock_high = now_ms;
+            self.behind = false;
+        } else {
+            let gap = (self.clock_high as i128 - now_ms as i128) as u64;
+            if !self.behind {
+                self.behind = true;
+                self.stats.clock_back_events += 1;
+            }
+            self.stats.largest_clock_back_ms = self.stats.largest_clock_back_ms.max(gap);
+        }
+    }
+}
+
+/// Drives `State::next` to an ID: the loop every caller runs, whatever its lock and its way of
+/// waiting. `attempt` runs one `next` under the caller's lock; `wait` runs with no lock held.
+pub fn issue<E>(
+    mut attempt: impl FnMut() -> Result<Step, GenError>,
+    mut wait: impl FnMut(Step) -> Result<(), E>,
+) -> Result<i64, IssueError<E>> {
+    loop {
+        match attempt().map_err(IssueError::Gen)? {
+            Step::Issued(id) => return Ok(id),
+            other => wait(other).map_err(IssueError::Wait)?,
+        }
+    }
+}
+
+#[derive(Debug, PartialEq, Eq)]
+pub enum IssueError<E> {
+    Gen(GenError),
+    Wait(E),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::layout::{decompose, MAX_SEQUENCE, MAX_TIMESTAMP};
+    use proptest::prelude::*;
+
+    fn node() -> Node {
+        Node::new(3, 7).unwrap()
+    }
+
+    fn issued(s: &mut State, now: i64, drift: u64) -> i64 {
+        match s.next(now, node(), drift) {
+            Ok(Step::Issued(id)) => id,
+            other => panic!("expected an ID at {now}, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn new_millisecond_starts_at_its_spread_sequence() {
+        let mut s = State::new();
+        let id = issued(&mut s, 1000, 0);
+        let p = decompose(id).unwrap();
+        assert_eq!((p.ms, p.datacenter, p.worker), (1000, 3, 7));
+        assert_eq!(p.sequence, first_sequence(1000));
+        let next = decompose(issued(&mut s, 1000, 0)).unwrap();
+        assert_eq!((next.ms, next.sequence), (1000, first_sequence(1000) + 1));
+    }
+
+    #[test]
+    fn exhausted_millisecond_borrows_the_next_within_drift() {
+        let mut s = State::new();
+        let mut last = 0;
+        let mut count = 0;
+        while decompose(last).map(|p| p.ms).unwrap_or(0) <= 1000 {
+            last = issued(&mut s, 1000, 10);
+            count += 1;
+        }
+        assert_eq!(
+            decompose(last).unwrap().ms,
+            1001,
+            "borrowed the next millisecond"
+        );
+        assert!(
+            count > MIN_IDS_PER_MS,
+            "at least the documented capacity in one ms"
+        );
+        assert_eq!(s.stats.borrowed_ms, 1);
+    }
+
+    #[test]
+    fn exhausted_millisecond_with_no_drift_waits_for_the_clock() {
+        let mut s = State::new();
+        s.raise_floor(999);
+        s.next(1000, node(), 0).unwrap();
+        s.last_seq = MAX_SEQUENCE;
+        assert_eq!(
+            s.next(1000, node(), 0),
+            Ok(Step::WaitClock { until_ms: 1001 })
+        );
+        assert!(matches!(s.next(1001, node(), 0), Ok(Step::Issued(_))));
+    }
+
+    #[test]
+    fn clock_behind_within_drift_keeps_issuing_from_the_last_timestamp() {
+        let mut s = State::new();
+        let a = issued(&mut s, 5000, 1000);
+        let b = issued(&mut s, 4000, 1000);
+        assert!(b > a);
+        assert_eq!(decompose(b).unwrap().ms, 5000);
+        assert_eq!(s.stats.clock_back_events, 1);
+        assert_eq!(s.stats.largest_clock_back_ms, 1000);
+    }
+
+    #[test]
+    fn clock_behind_beyond_drift_is_an_error_that_clears_when_the_clock_catches_up() {
+        let mut s = State::new();
+        let a = issued(&mut s, 5000, 1000);
+        assert_eq!(
+            s.next(3999, node(), 1000),
+            Err(GenError::ClockBehind {
+                behind_ms: 1001,
+                max_drift_ms: 1000
+            })
+        );
+        let b = issued(&mut s, 4000, 1000);
+        assert!(b > a);
+        assert_eq!(s.stats.errors, 1);
+    }
+
+    #[test]
+    fn lease_bounds_the_timestamp() {
+        let mut s = State::new();
+        s.lease_ms = 1000;
+        assert!(matches!(s.next(1000, node(), 0), Ok(Step::Issued(_))));
+        assert_eq!(
+            s.next(1001, node(), 0),
+            Ok(Step::WaitLease { needed_ms: 1001 })
+        );
+        s.lease_ms = 2000;
+        assert!(matches!(s.next(1001, node(), 0), Ok(Step::Issued(_))));
+    }
+
+    #[test]
+    fn raised_floor_puts_every_new_id_above_it() {
+        let mut s = State::new();
+        s.raise_floor(10_000);
+        let id = issued(&mut s, 9_000, 5_000);
+        assert_eq!(decompose(id).unwrap().ms, 10_001);
+        s.raise_floor(5);
+        assert!(
+            issued(&mut s, 9_000, 5_000) > id,
+            "a lower floor changes nothing"
+        );
+    }
+
+    #[test]
+    fn end_of_the_timestamp_range_is_an_error_not_a_wrap() {
+        let mut s = State::new();
+        let end = MAX_TIMESTAMP as i64;
+        let id = issued(&mut s, end, 0);
+        assert!(id > 0);
+        assert_eq!(
+            s.next(end + 1, node(), 0),
+            Err(GenError::TimestampExhausted)
+        );
+    }
+
+    #[test]
+    fn low_load_ids_are_spread_over_residues() {
+        let mut s = State::new();
+        let ids: Vec<i64> = (0..4096)
+            .map(|i| issued(&mut s, 1_000_000 + i * 3, 0))
+            .collect();
+        for n in [2i64, 4, 10, 16] {
+            let mut counts = vec![0usize; n as usize];
+            for id in &ids {
+                counts[(id % n) as usize] += 1;
+            }
+            let expected = ids.len() / n as usize;
+            for c in counts {
+                assert!(
+                    c > expected * 3 / 4 && c < expected * 5 / 4,
+                    "id % {n} skewed"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn first_sequence_stays_in_the_spread() {
+        assert!((0..100_000u64).all(|ms| first_sequence(ms) < SEQUENCE_SPREAD));
+    }
+
+    #[derive(Debug, Clone)]
+    enum Tick {
+        Forward(u16),
+        Back(u32),
+        Same,
+    }
+
+    fn ticks() -> impl Strategy<Value = Vec<Tick>> {
+        proptest::collection::vec(
+            prop_oneof![
+                6 => (0u16..3).prop_map(Tick::Forward),
+                3 => Just(Tick::Same),
+                1 => (0u32..3000).prop_map(Tick::Back),
+            ],
+            1..3000,
+        )
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 200, ..ProptestConfig::default() })]
+
+        /// Whatever the clock does, what is issued is strictly increasing and never leads the
+        /// clock by more than the drift; errors happen only when the clock is behind by more.
+        #[test]
+        fn ids_strictly_increase_under_any_clock(steps in ticks(), drift in 0u64..2000) {
+            let mut s = State::new();
+            let mut now: i64 = 1_000_000;
+            let mut prev = -1i64;
+            for t in steps {
+                match t {
+                    Tick::Forward(d) => now += i64::from(d),
+                    Tick::Back(d) => now -= i64::from(d),
+                    Tick::Same => {}
+                }
+                let before = s.last_ms;
+                match s.next(now, node(), drift) {
+                    Ok(Step::Issued(id)) => {
+                        prop_assert!(id > prev, "{} not above {}", id, prev);
+                        let ms = decompose(id).unwrap().ms as i64;
+                        prop_assert!(ms - now <= drift as i64);
+                        prev = id;
+                    }
+                    Ok(Step::WaitClock { until_ms }) => {
+                        prop_assert!(until_ms > now && until_ms <= now + 1);
+                    }
+                    Ok(Step::WaitLease { .. }) => prop_assert!(false, "no lease was set"),
+                    Err(GenError::ClockBehind { behind_ms, .. }) => {
+                        prop_assert!(behind_ms > drift);
+                        prop_assert_eq!(before as i64 - now, behind_ms as i64);
+                    }
+                    Err(e) => prop_assert!(false, "unexpected {:?}", e),
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,107 @@
+//! Error reports in PostgreSQL's style: lower-case primary message, DETAIL with the facts,
+//! HINT with the fix, and a precise SQLSTATE.
+
+use crate::core::generator::GenError;
+use crate::core::layout::{LayoutError, MAX_TIMESTAMP};
+use pgrx::pg_sys::panic::ErrorReport;
+use pgrx::{PgLogLevel, PgSqlErrorCode};
+
+pub fn raise(
+    code: PgSqlErrorCode,
+    message: String,
+    detail: Option<String>,
+    hint: Option<&str>,
+) -> ! {
+    report(PgLogLevel::ERROR, code, message, detail, hint);
+    unreachable!("ERROR does not return")
+}
+
+pub fn report(
+    level: PgLogLevel,
+    code: PgSqlErrorCode,
+    message: String,
+    detail: Option<String>,
+    hint: Option<&str>,
+) {
+    let mut r = ErrorReport::new(code, message, "snowflake");
+    if let Some(d) = detail {
+        r = r.set_detail(d);
+    }
+    if let Some(h) = hint {
+        r = r.set_hint(h);
+    }
+    r.report(level);
+}
+
+pub fn not_preloaded(function: &str) -> ! {
+    raise(
+        PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+        format!("{function} requires the snowflake library to be preloaded"),
+        Some("The generator lives in shared memory, which only a library in shared_preload_libraries can set up.".into()),
+        Some("Add 'snowflake' to shared_preload_libraries in postgresql.conf and restart the server."),
+    )
+}
+
+pub fn layout(e: LayoutError, epoch_ms: i64) -> ! {
+    use PgSqlErrorCode::*;
+    match e {
+        LayoutError::NegativeId(id) => raise(
+            ERRCODE_INVALID_PARAMETER_VALUE,
+            format!("invalid snowflake ID {id}"),
+            Some("Snowflake IDs are never negative: bit 63 is always 0.".into()),
+            None,
+        ),
+        LayoutError::FieldOutOfRange { field, value, max } => raise(
+            ERRCODE_INVALID_PARAMETER_VALUE,
+            format!("{field} {value} is out of range for a snowflake ID"),
+            Some(format!("{field} must be between 0 and {max}.")),
+            None,
+        ),
+        LayoutError::BeforeEpoch { unix_ms, .. } => raise(
+            ERRCODE_DATETIME_FIELD_OVERFLOW,
+            "timestamp is before the snowflake epoch".into(),
+            Some(format!(
+                "The timestamp is {} ms after 1970-01-01 UTC; the epoch (snowflake.epoch) is {epoch_ms}.",
+                unix_ms
+            )),
+            None,
+        ),
+        LayoutError::PastEnd { unix_ms, .. } => raise(
+            ERRCODE_DATETIME_FIELD_OVERFLOW,
+            "timestamp is out of range for a snowflake ID".into(),
+            Some(format!(
+                "The timestamp is {unix_ms} ms after 1970-01-01 UTC; 41 bits of milliseconds end at {} with the epoch {epoch_ms}.",
+                epoch_ms + MAX_TIMESTAMP as i64
+            )),
+            None,
+        ),
+    }
+}
+
+pub fn infinite_timestamp() -> ! {
+    raise(
+        PgSqlErrorCode::ERRCODE_DATETIME_FIELD_OVERFLOW,
+        "timestamp out of range for a snowflake ID".into(),
+        Some("Infinite timestamps cannot be encoded.".into()),
+        None,
+    )
+}
+
+pub fn generator(e: GenError) -> ! {
+    match e {
+        GenError::ClockBehind { behind_ms, max_drift_ms } => raise(
+            PgSqlErrorCode::ERRCODE_SYSTEM_ERROR,
+            "could not generate a snowflake ID because the system clock is behind".into(),
+            Some(format!(
+                "The clock is {behind_ms} ms behind the timestamp of the last issued ID; snowflake.max_clock_drift allows {max_drift_ms} ms."
+            )),
+            Some("IDs resume by themselves once the clock catches up. Check the clock (NTP), or raise snowflake.max_clock_drift to issue IDs further ahead of it."),
+        ),
+        GenError::TimestampExhausted => raise(
+            PgSqlErrorCode::ERRCODE_DATETIME_FIELD_OVERFLOW,
+            "snowflake timestamp range is exhausted".into(),
+            Some("41 bits of milliseconds since snowflake.epoch have all been used.".into()),
+            Some("Move to a new table with a later snowflake.epoch."),
+        ),
+    }
+}

@@ -1,0 +1,343 @@
+//! Real PostgreSQL clusters for the SQL tests: each test starts its own with `initdb` and
+//! `pg_ctl` (as the `postgres` user when run as root, since initdb refuses root), talks to it with
+//! `psql` over a private Unix socket, and removes it when dropped.
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+
+static COUNTER: AtomicU32 = AtomicU32::new(0);
+
+pub fn bindir() -> PathBuf {
+    let pg_config = std::env::var("PG_CONFIG").unwrap_or_else(|_| "/usr/bin/pg_config".into());
+    let out = Command::new(pg_config)
+        .arg("--bindir")
+        .output()
+        .expect("pg_config runs");
+    PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
+}
+
+fn is_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|o| o.stdout.starts_with(b"0\n"))
+        .unwrap_or(false)
+}
+
+/// A command run as the cluster's owner.
+fn as_owner(program: &Path) -> Command {
+    if is_root() {
+        let mut c = Command::new("runuser");
+        c.args(["-u", "postgres", "--"]).arg(program);
+        c
+    } else {
+        Command::new(program)
+    }
+}
+
+/// An error as psql reports it with VERBOSITY verbose.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PgError {
+    pub sqlstate: String,
+    pub message: String,
+    pub detail: String,
+    pub hint: String,
+    pub raw: String,
+}
+
+pub fn parse_error(stderr: &str) -> PgError {
+    let mut e = PgError {
+        sqlstate: String::new(),
+        message: String::new(),
+        detail: String::new(),
+        hint: String::new(),
+        raw: stderr.to_string(),
+    };
+    for line in stderr.lines() {
+        let line = line.trim_start_matches("psql:").trim();
+        if let Some(i) = line.find("ERROR:  ").or_else(|| line.find("FATAL:  ")) {
+            if e.sqlstate.is_empty() {
+                let rest = &line[i + 8..];
+                let (code, msg) = rest.split_once(": ").unwrap_or(("", rest));
+                e.sqlstate = code.to_string();
+                e.message = msg.to_string();
+            }
+        } else if let Some(d) = line.strip_prefix("DETAIL:  ") {
+            e.detail = d.to_string();
+        } else if let Some(h) = line.strip_prefix("HINT:  ") {
+            e.hint = h.to_string();
+        }
+    }
+    e
+}
+
+pub struct Cluster {
+    pub dir: PathBuf,
+    pub data: PathBuf,
+    pub port: u16,
+    pub env: HashMap<String, String>,
+    running: bool,
+}
+
+impl Cluster {
+    /// initdb a new cluster with the extension preloaded and `extra` lines in postgresql.conf.
+    pub fn new(name: &str, extra: &str) -> Cluster {
+        Self::with_preload(name, extra, true)
+    }
+
+    pub fn with_preload(name: &str, extra: &str, preload: bool) -> Cluster {
+        let n = COUNTER.fetch_add(1, Ordering::SeqCst);
+        let root = PathBuf::from(
+            std::env::var("SNOWFLAKE_TEST_DIR").unwrap_or_else(|_| "/tmp/snowflake-tests".into()),
+        );
+        fs::create_dir_all(&root).unwrap();
+        let _ = Command::new("chmod").arg("1777").arg(&root).status();
+        let dir = root.join(format!("{name}-{}-{n}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).unwrap();
+        if is_root() {
+            assert!(Command::new("chown")
+                .arg("postgres:postgres")
+                .arg(&dir)
+                .status()
+                .unwrap()
+                .success());
+        }
+        let data = dir.join("data");
+        let out = as_owner(&bindir().join("initdb"))
+            .arg("-D")
+            .arg(&data)
+            .args([
+                "-A",
+                "trust",
+                "-U",
+                "postgres",
+                "--no-sync",
+                "-E",
+                "UTF8",
+                "--locale=C",
+            ])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "initdb failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        // A port per cluster: the socket lives in the cluster's own directory, so the number only
+        // has to be unique among this run's clusters.
+        let port = 30000 + (std::process::id() % 500) as u16 * 50 + (n % 50) as u16;
+        let mut c = Cluster {
+            dir,
+            data,
+            port,
+            env: HashMap::new(),
+            running: false,
+        };
+        c.conf(&format!(
+            "port = {port}\nunix_socket_directories = '{}'\nlisten_addresses = ''\nfsync = off\n\
+             max_connections = 40\nshared_buffers = 64MB\nlog_min_messages = warning\n{}\n{extra}\n",
+            c.dir.display(),
+            if preload { "shared_preload_libraries = 'snowflake'" } else { "" },
+        ));
+        c
+    }
+
+    /// Appends lines to postgresql.conf (later lines win).
+    pub fn conf(&mut self, lines: &str) {
+        let path = self.data.join("postgresql.conf");
+        let mut s = fs::read_to_string(&path).unwrap();
+        s.push_str(lines);
+        s.push('\n');
+        fs::write(&path, s).unwrap();
+    }
+
+    pub fn log_path(&self) -> PathBuf {
+        self.dir.join("server.log")
+    }
+
+    pub fn log(&self) -> String {
+        fs::read_to_string(self.log_path()).unwrap_or_default()
+    }
+
+    fn pg_ctl(&self) -> Command {
+        let mut c = as_owner(&bindir().join("pg_ctl"));
+        c.arg("-D").arg(&self.data);
+        c
+    }
+
+    /// Starts the server; Err(log) when it refuses to start.
+    pub fn try_start(&mut self) -> Result<(), String> {
+        let mut cmd = if self.env.is_empty() {
+            self.pg_ctl()
+        } else {
+            // runuser resets the environment; pass ours through `env`.
+            let mut c = if is_root() {
+                let mut c = Command::new("runuser");
+                c.args(["-u", "postgres", "--", "env"]);
+                c
+            } else {
+                Command::new("env")
+            };
+            for (k, v) in &self.env {
+                c.arg(format!("{k}={v}"));
+            }
+            c.arg(bindir().join("pg_ctl")).arg("-D").arg(&self.data);
+            c
+        };
+        let out = cmd
+            .arg("-l")
+            .arg(self.log_path())
+            .args(["-w", "-t", "60", "start"])
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        if out.status.success() {
+            self.running = true;
+            Ok(())
+        } else {
+            Err(self.log())
+        }
+    }
+
+    pub fn start(&mut self) {
+        if let Err(log) = self.try_start() {
+            panic!("server did not start:\n{log}");
+        }
+    }
+
+    /// Stops with the given mode: "fast" (clean) or "immediate" (a crash: no shutdown checkpoint).
+    pub fn stop(&mut self, mode: &str) {
+        let out = self
+            .pg_ctl()
+            .args(["-w", "-m", mode, "stop"])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "pg_ctl stop: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        self.running = false;
+    }
+
+    pub fn psql_cmd(&self, db: &str) -> Command {
+        let mut c = Command::new(bindir().join("psql"));
+        c.args([
+            "-X",
+            "-q",
+            "-A",
+            "-t",
+            "-v",
+            "ON_ERROR_STOP=1",
+            "-v",
+            "VERBOSITY=verbose",
+        ])
+        .arg("-h")
+        .arg(&self.dir)
+        .args(["-p", &self.port.to_string(), "-U", "postgres", "-d", db])
+        .env("PGOPTIONS", "-c client_min_messages=warning");
+        c
+    }
+
+    /// Runs SQL (one or more statements) in one session; Ok(output) or the first error.
+    pub fn try_sql(&self, sql: &str) -> Result<String, PgError> {
+        self.try_sql_in("postgres", sql)
+    }
+
+    pub fn try_sql_in(&self, db: &str, sql: &str) -> Result<String, PgError> {
+        let out = self.psql_cmd(db).arg("-c").arg(sql).output().unwrap();
+        result(out)
+    }
+
+    /// Runs a whole script file-style (statements separated by newlines, meta-commands allowed).
+    pub fn script(&self, sql: &str) -> Result<String, PgError> {
+        let path = self.dir.join(format!(
+            "script-{}.sql",
+            COUNTER.fetch_add(1, Ordering::SeqCst)
+        ));
+        fs::write(&path, format!("\\set VERBOSITY verbose\n{sql}\n")).unwrap();
+        let out = self
+            .psql_cmd("postgres")
+            .arg("-f")
+            .arg(&path)
+            .output()
+            .unwrap();
+        result(out)
+    }
+
+    pub fn sql(&self, sql: &str) -> String {
+        self.try_sql(sql)
+            .unwrap_or_else(|e| panic!("SQL failed: {sql}\n{}", e.raw))
+    }
+
+    /// Expects an error and returns it.
+    pub fn sql_err(&self, sql: &str) -> PgError {
+        match self.try_sql(sql) {
+            Ok(out) => panic!("expected an error from {sql}, got {out}"),
+            Err(e) => e,
+        }
+    }
+
+    pub fn sql_i64(&self, sql: &str) -> i64 {
+        let out = self.sql(sql);
+        out.trim()
+            .parse()
+            .unwrap_or_else(|_| panic!("not a number from {sql}: {out:?}"))
+    }
+
+    /// pgbench against this cluster, with a custom script.
+    pub fn pgbench(&self, script: &str, args: &[&str]) -> Output {
+        let path = self.dir.join(format!(
+            "bench-{}.sql",
+            COUNTER.fetch_add(1, Ordering::SeqCst)
+        ));
+        fs::write(&path, script).unwrap();
+        Command::new(bindir().join("pgbench"))
+            .args(["-n", "-h"])
+            .arg(&self.dir)
+            .args(["-p", &self.port.to_string(), "-U", "postgres"])
+            .args(args)
+            .arg("-f")
+            .arg(&path)
+            .arg("postgres")
+            .output()
+            .unwrap()
+    }
+
+    pub fn postmaster_pid(&self) -> i32 {
+        fs::read_to_string(self.data.join("postmaster.pid"))
+            .unwrap()
+            .lines()
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap()
+    }
+}
+
+fn result(out: Output) -> Result<String, PgError> {
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+    } else {
+        Err(parse_error(&String::from_utf8_lossy(&out.stderr)))
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        if self.running {
+            let _ = self
+                .pg_ctl()
+                .args(["-w", "-m", "immediate", "stop"])
+                .output();
+        }
+        if std::env::var_os("SNOWFLAKE_KEEP_CLUSTERS").is_none() && !std::thread::panicking() {
+            let _ = fs::remove_dir_all(&self.dir);
+        }
+    }
+}

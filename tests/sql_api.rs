@@ -1,0 +1,272 @@
+//! The SQL API against a real cluster: the shared test vectors, the generator, time ranges on the
+//! primary key, and every error with its SQLSTATE.
+
+mod common;
+use common::Cluster;
+use std::sync::OnceLock;
+
+/// One server for the read-only checks of this file (datacenter 17, worker 25).
+fn server() -> &'static Cluster {
+    static S: OnceLock<Cluster> = OnceLock::new();
+    S.get_or_init(|| {
+        let mut c = Cluster::new(
+            "api",
+            "snowflake.datacenter_id = 17\nsnowflake.worker_id = 25",
+        );
+        c.start();
+        c.sql("CREATE EXTENSION snowflake");
+        c
+    })
+}
+
+/// shared/README.md's vectors: (id, created_at, datacenter, worker, sequence).
+const VECTORS: [(i64, &str, i32, i32, i32); 5] = [
+    (910499571847892992, "2017-09-20 13:43:08.849+00", 17, 25, 0),
+    (0, "2010-11-04 01:42:54.657+00", 0, 0, 0),
+    (
+        9223372036854775807,
+        "2080-07-10 17:30:30.208+00",
+        31,
+        31,
+        4095,
+    ),
+    (4194304, "2010-11-04 01:42:54.658+00", 0, 0, 0),
+    (135168, "2010-11-04 01:42:54.657+00", 1, 1, 0),
+];
+
+#[test]
+fn decode_and_compose_match_the_shared_vectors() {
+    let s = server();
+    for (id, ts, dc, w, seq) in VECTORS {
+        let got = s.sql(&format!(
+            "SET timezone = 'UTC'; SELECT created_at, datacenter_id, worker_id, sequence FROM snowflake_decode({id})"
+        ));
+        assert_eq!(
+            got,
+            format!(
+                "{}|{dc}|{w}|{seq}",
+                ts.trim_end_matches("+00").to_string() + "+00"
+            ),
+            "decode {id}"
+        );
+        let back = s.sql_i64(&format!(
+            "SELECT snowflake_compose('{ts}', {dc}, {w}, {seq})"
+        ));
+        assert_eq!(back, id, "compose {ts}");
+        let field = s.sql(&format!(
+            "SELECT (snowflake_decode({id})).created_at = snowflake_timestamp({id})"
+        ));
+        assert_eq!(field, "t");
+    }
+}
+
+#[test]
+fn nextval_increases_strictly_and_carries_the_node() {
+    let s = server();
+    let out = s.sql(
+        "SELECT bool_and(id > prev), count(*), min(dc), max(dc), min(w), max(w), \
+                max(abs(extract(epoch FROM now() - ts))) < 60 \
+         FROM (SELECT id, lag(id) OVER (ORDER BY n) AS prev, (snowflake_decode(id)).datacenter_id AS dc, \
+                      (snowflake_decode(id)).worker_id AS w, snowflake_timestamp(id) AS ts \
+               FROM (SELECT n, snowflake_nextval() AS id FROM generate_series(1, 20000) n) x) y",
+    );
+    assert_eq!(out, "t|20000|17|17|25|25|t");
+}
+
+#[test]
+fn time_range_query_is_a_primary_key_range_scan() {
+    let s = server();
+    s.sql(
+        "CREATE TABLE events (id bigint PRIMARY KEY DEFAULT snowflake_nextval(), at timestamptz NOT NULL DEFAULT clock_timestamp());
+         INSERT INTO events (at) SELECT clock_timestamp() FROM generate_series(1, 5000);
+         ANALYZE events",
+    );
+    let plan = s.sql(
+        "SET enable_seqscan = off; EXPLAIN (COSTS OFF) SELECT * FROM events \
+         WHERE id BETWEEN snowflake_min_id(now() - interval '1 hour') AND snowflake_max_id(now())",
+    );
+    assert!(
+        plan.contains("Index Scan using events_pkey")
+            || plan.contains("Bitmap Index Scan on events_pkey"),
+        "{plan}"
+    );
+    assert!(plan.contains("Index Cond: ((id >= "), "{plan}");
+    // The range finds exactly the rows created in it, judged by their own timestamps.
+    let out = s.sql(
+        "WITH b AS (SELECT at FROM events ORDER BY id OFFSET 2000 LIMIT 1) \
+         SELECT (SELECT count(*) FROM events WHERE id >= snowflake_min_id((SELECT at FROM b))) = \
+                (SELECT count(*) FROM events WHERE date_trunc('milliseconds', snowflake_timestamp(id)) >= date_trunc('milliseconds', (SELECT at FROM b)))",
+    );
+    assert_eq!(out, "t");
+    let bounds = s.sql(
+        "SELECT snowflake_min_id('2017-09-20 13:43:08.849+00') <= 910499571847892992, \
+                snowflake_max_id('2017-09-20 13:43:08.849+00') >= 910499571847892992, \
+                snowflake_max_id('2017-09-20 13:43:08.848+00') < 910499571847892992, \
+                snowflake_min_id('2017-09-20 13:43:08.850+00') > 910499571847892992",
+    );
+    assert_eq!(bounds, "t|t|t|t");
+}
+
+#[test]
+fn bad_input_gets_a_clear_error_with_its_sqlstate() {
+    let s = server();
+    let cases = [
+        ("SELECT * FROM snowflake_decode(-1)", "22023"),
+        ("SELECT snowflake_timestamp(-9223372036854775808)", "22023"),
+        ("SELECT snowflake_worker_id(-5)", "22023"),
+        ("SELECT snowflake_compose(now(), 32, 0, 0)", "22023"),
+        ("SELECT snowflake_compose(now(), 0, -1, 0)", "22023"),
+        ("SELECT snowflake_compose(now(), 0, 0, 4096)", "22023"),
+        (
+            "SELECT snowflake_min_id('2010-11-04 01:42:54.656+00')",
+            "22008",
+        ),
+        (
+            "SELECT snowflake_max_id('2080-07-10 17:30:30.209+00')",
+            "22008",
+        ),
+        ("SELECT snowflake_compose('1969-01-01', 0, 0, 0)", "22008"),
+        ("SELECT snowflake_min_id('infinity')", "22008"),
+        ("SELECT snowflake_max_id('-infinity')", "22008"),
+    ];
+    for (sql, code) in cases {
+        let e = s.sql_err(sql);
+        assert_eq!(e.sqlstate, code, "{sql}: {}", e.raw);
+        assert!(
+            e.message.chars().next().unwrap().is_lowercase() && !e.message.ends_with('.'),
+            "style: {}",
+            e.message
+        );
+        assert!(!e.detail.is_empty(), "{sql} has no DETAIL");
+    }
+    // NULL in, NULL out; and the server is still there.
+    assert_eq!(
+        s.sql("SELECT snowflake_decode(NULL) IS NULL, snowflake_min_id(NULL) IS NULL"),
+        "t|t"
+    );
+}
+
+#[test]
+fn custom_epoch_is_used_by_every_function() {
+    let mut c = Cluster::new("epoch", "snowflake.epoch = '2015-01-01 00:00:00+00'");
+    c.start();
+    c.sql("CREATE EXTENSION snowflake");
+    assert_eq!(c.sql("SELECT snowflake_min_id('2015-01-01 00:00:00+00'), snowflake_max_id('2015-01-01 00:00:00+00')"), "0|4194303");
+    let out = c.sql(
+        "SELECT abs(extract(epoch FROM snowflake_timestamp(snowflake_nextval()) - now())) < 60, \
+                snowflake_nextval() > snowflake_min_id(now() - interval '1 minute')",
+    );
+    assert_eq!(out, "t|t");
+    assert_eq!(c.sql("SHOW snowflake.epoch"), "2015-01-01 00:00:00+00");
+    assert_eq!(
+        c.sql_err("SELECT snowflake_min_id('2014-12-31 23:59:59+00')")
+            .sqlstate,
+        "22008"
+    );
+}
+
+#[test]
+fn without_preload_nextval_is_a_clear_error_and_the_session_survives() {
+    let mut c = Cluster::with_preload("nopreload", "", false);
+    c.start();
+    c.sql("CREATE EXTENSION snowflake");
+    // Same session: the error, then ordinary work (a FATAL or a panic would end the session).
+    let out = c.script("SELECT snowflake_nextval();");
+    let e = out.expect_err("nextval must fail without preload");
+    assert_eq!(e.sqlstate, "55000", "{}", e.raw);
+    assert!(e.hint.contains("shared_preload_libraries"), "{}", e.raw);
+    let survived = c.script(
+        "\\set ON_ERROR_STOP 0\nSELECT snowflake_nextval();\n\\set ON_ERROR_STOP 1\nSELECT 'alive', snowflake_worker_id(910499571847892992);",
+    );
+    assert_eq!(survived.unwrap(), "alive|25");
+    assert_eq!(
+        c.sql("SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend'"),
+        "1"
+    );
+}
+
+fn refuses_to_start(conf: &str, expected: &str) {
+    let mut c = Cluster::new("badconf", conf);
+    let log = c.try_start().expect_err("the server must refuse to start");
+    assert!(
+        log.contains("FATAL") && log.contains(expected),
+        "expected {expected:?} in:\n{log}"
+    );
+}
+
+#[test]
+fn out_of_range_worker_id_stops_the_server_at_start() {
+    refuses_to_start(
+        "snowflake.worker_id = 32",
+        "32 is outside the valid range for parameter \"snowflake.worker_id\" (0 .. 31)",
+    );
+}
+
+#[test]
+fn bad_settings_stop_the_server_at_start() {
+    refuses_to_start(
+        "snowflake.datacenter_id = -1",
+        "-1 is outside the valid range for parameter \"snowflake.datacenter_id\" (0 .. 31)",
+    );
+    refuses_to_start(
+        "snowflake.datacenter_id = 'abc'",
+        "invalid value for parameter \"snowflake.datacenter_id\": \"abc\"",
+    );
+    refuses_to_start(
+        "snowflake.epoch = 'tomorrow'",
+        "invalid value for parameter \"snowflake.epoch\": \"tomorrow\"",
+    );
+    refuses_to_start("snowflake.epoch = '2999-01-01'", "is in the future");
+    refuses_to_start(
+        "snowflake.max_clock_drift = '0'",
+        "outside the valid range for parameter \"snowflake.max_clock_drift\"",
+    );
+}
+
+#[test]
+fn sixteen_pgbench_clients_insert_320000_rows_without_a_duplicate() {
+    let mut c = Cluster::new("pgbench", "max_connections = 40\nsnowflake.worker_id = 3");
+    c.start();
+    c.sql("CREATE EXTENSION snowflake; CREATE TABLE t (id bigint PRIMARY KEY DEFAULT snowflake_nextval(), v int)");
+    let out = c.pgbench(
+        "INSERT INTO t (v) VALUES (1);\n",
+        &["-c", "16", "-j", "2", "-t", "20000"],
+    );
+    let text =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "pgbench failed:\n{text}");
+    assert!(
+        text.contains("number of failed transactions: 0") || !text.contains("failed"),
+        "{text}"
+    );
+    assert_eq!(c.sql("SELECT count(*), count(DISTINCT id), min(snowflake_worker_id(id)), max(snowflake_worker_id(id)) FROM t"), "320000|320000|3|3");
+}
+
+#[test]
+fn three_million_rows_in_one_statement() {
+    let mut c = Cluster::new("bulk", "");
+    c.start();
+    c.sql("CREATE EXTENSION snowflake; CREATE TABLE t (id bigint PRIMARY KEY DEFAULT snowflake_nextval(), n int)");
+    c.sql("INSERT INTO t (n) SELECT g FROM generate_series(1, 3000000) g");
+    // Ordered by insertion, IDs must be strictly increasing (the PK already proves uniqueness).
+    let out = c.sql(
+        "SELECT count(*), count(*) FILTER (WHERE id <= prev) FROM (SELECT id, lag(id) OVER (ORDER BY n) AS prev FROM t) x",
+    );
+    assert_eq!(out, "3000000|0");
+}
+
+#[test]
+fn parallel_workers_share_the_one_generator() {
+    let mut c = Cluster::new(
+        "parallel",
+        "max_worker_processes = 8\nmax_parallel_workers_per_gather = 4",
+    );
+    c.start();
+    c.sql("CREATE EXTENSION snowflake; CREATE TABLE src AS SELECT g FROM generate_series(1, 400000) g; ANALYZE src");
+    let out = c.sql(
+        "SET parallel_setup_cost = 0; SET parallel_tuple_cost = 0; SET min_parallel_table_scan_size = 0; \
+         CREATE TABLE ids AS SELECT snowflake_nextval() AS id FROM src; \
+         SELECT count(*), count(DISTINCT id) FROM ids",
+    );
+    assert_eq!(out, "400000|400000");
+}
