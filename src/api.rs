@@ -5,8 +5,11 @@ use crate::core::generator::{issue, IssueError, Step};
 use crate::core::layout::{self, decompose};
 use crate::core::time::{pg_timestamp_to_unix_ms, unix_ms_to_pg_timestamp, Clock, SystemClock};
 use crate::errors;
-use crate::shmem::GENERATOR;
+use crate::shmem::{self, GENERATOR};
 use pgrx::prelude::*;
+
+/// How long a call waits for the lease worker before giving up with an error.
+const LEASE_WAIT_LIMIT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// The next ID of this server's generator: strictly greater than every ID it issued before.
 #[pg_extern(volatile, parallel_safe)]
@@ -14,9 +17,13 @@ fn snowflake_nextval() -> i64 {
     if !config::preloaded() {
         errors::not_preloaded("snowflake_nextval()");
     }
+    if unsafe { pg_sys::RecoveryInProgress() } {
+        errors::in_recovery("snowflake_nextval()");
+    }
     let node = config::node();
     let epoch = epoch_ms();
     let drift = config::max_clock_drift_ms();
+    let mut lease_deadline = None;
     let result = issue(
         // The whole critical section: one clock read and a few comparisons.
         || {
@@ -26,17 +33,27 @@ fn snowflake_nextval() -> i64 {
         // Waits happen with the lock released, and stay interruptible.
         |step| {
             match step {
+                // At most a millisecond away.
                 Step::WaitClock { .. } => unsafe { pg_sys::pg_usleep(50) },
-                Step::WaitLease { .. } | Step::Issued(_) => unsafe { pg_sys::pg_usleep(1000) },
+                Step::WaitLease { .. } => {
+                    let deadline = *lease_deadline
+                        .get_or_insert_with(|| std::time::Instant::now() + LEASE_WAIT_LIMIT);
+                    if std::time::Instant::now() > deadline {
+                        return Err(());
+                    }
+                    shmem::wake_worker();
+                    unsafe { pg_sys::pg_usleep(200) };
+                }
+                Step::Issued(_) => {}
             }
             pg_sys::check_for_interrupts!();
-            Ok::<(), ()>(())
+            Ok(())
         },
     );
     match result {
         Ok(id) => id,
         Err(IssueError::Gen(e)) => errors::generator(e),
-        Err(IssueError::Wait(())) => unreachable!("waits do not fail"),
+        Err(IssueError::Wait(())) => errors::lease_not_ready(LEASE_WAIT_LIMIT, &config::database()),
     }
 }
 

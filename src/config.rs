@@ -22,6 +22,8 @@ static DATACENTER_ID: GucSetting<i32> = GucSetting::<i32>::new(0);
 static WORKER_ID: GucSetting<i32> = GucSetting::<i32>::new(0);
 static EPOCH: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(Some(DEFAULT_EPOCH));
 static MAX_CLOCK_DRIFT: GucSetting<i32> = GucSetting::<i32>::new(DEFAULT_MAX_CLOCK_DRIFT_MS);
+static DATABASE: GucSetting<Option<CString>> =
+    GucSetting::<Option<CString>>::new(Some(c"postgres"));
 
 // Set once in `_PG_init` (in the postmaster when preloaded, so every backend inherits them) and
 // constant afterwards: the settings behind them can only change with a restart.
@@ -46,6 +48,14 @@ pub fn node() -> Node {
 #[inline]
 pub fn max_clock_drift_ms() -> u64 {
     MAX_CLOCK_DRIFT.get().max(0) as u64
+}
+
+/// The database in which the lease worker keeps the high-water mark.
+pub fn database() -> String {
+    DATABASE
+        .get()
+        .map(|c| c.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "postgres".into())
 }
 
 /// The raw text of a setting as PostgreSQL holds it (a placeholder before we define it).
@@ -191,6 +201,14 @@ pub fn init() {
         GucContext::Sighup,
         GucFlags::UNIT_MS,
     );
+    GucRegistry::define_string_guc(
+        c"snowflake.database",
+        c"Database in which snowflake keeps its persisted high-water mark.",
+        c"The lease worker connects to it and keeps the sequence _snowflake.lease_ms there; it must exist.",
+        &DATABASE,
+        GucContext::Postmaster,
+        GucFlags::default(),
+    );
     #[cfg(any(feature = "pg13", feature = "pg14"))]
     unsafe {
         pg_sys::EmitWarningsOnPlaceholders(c"snowflake".as_ptr())
@@ -204,6 +222,7 @@ pub fn init() {
     let node = Node::new(datacenter, worker).expect("checked above");
     NODE_BITS.store(node.bits(), Ordering::Relaxed);
     crate::shmem::init();
+    crate::lease::register();
     PRELOADED.store(true, Ordering::Relaxed);
 }
 

@@ -42,6 +42,27 @@ pub fn not_preloaded(function: &str) -> ! {
     )
 }
 
+pub fn in_recovery(function: &str) -> ! {
+    raise(
+        PgSqlErrorCode::ERRCODE_READ_ONLY_SQL_TRANSACTION,
+        format!("cannot execute {function} during recovery"),
+        Some("A standby shares its primary's datacenter_id and worker_id, so IDs it generated could repeat the primary's.".into()),
+        Some("Generate IDs on the primary; a promoted standby generates them once it accepts writes."),
+    )
+}
+
+pub fn lease_not_ready(waited: std::time::Duration, database: &str) -> ! {
+    raise(
+        PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+        "snowflake ID generator is not ready".into(),
+        Some(format!(
+            "The \"snowflake lease\" background worker has not persisted a high-water mark for the next IDs within {} s; it keeps it in the sequence _snowflake.lease_ms of database \"{database}\".",
+            waited.as_secs()
+        )),
+        Some("Check the server log for errors of the \"snowflake lease\" worker, and that the database named by snowflake.database exists."),
+    )
+}
+
 pub fn layout(e: LayoutError, epoch_ms: i64) -> ! {
     use PgSqlErrorCode::*;
     match e {

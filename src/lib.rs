@@ -8,6 +8,7 @@ pub mod core;
 mod api;
 mod config;
 mod errors;
+mod lease;
 mod shmem;
 
 ::pgrx::pg_module_magic!(name, version);

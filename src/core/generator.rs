@@ -46,6 +46,8 @@ pub struct State {
     /// The highest clock reading seen, to tell a clock that went back from a borrowed lead.
     pub clock_high: i64,
     pub behind: bool,
+    /// Set when an ID had to wait for the lease: tells the renewer that it is needed now.
+    pub lease_wanted: bool,
     pub stats: Stats,
 }
 
@@ -110,6 +112,7 @@ impl State {
             lease_ms: u64::MAX,
             clock_high: i64::MIN,
             behind: false,
+            lease_wanted: false,
             stats: Stats {
                 issued: 0,
                 borrowed_ms: 0,
@@ -165,6 +168,7 @@ impl State {
         }
         if ms > self.lease_ms {
             self.stats.waits += 1;
+            self.lease_wanted = true;
             return Ok(Step::WaitLease { needed_ms: ms });
         }
         if lead > 0 && ms != self.last_ms {

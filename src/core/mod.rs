@@ -3,6 +3,7 @@
 
 pub mod generator;
 pub mod layout;
+pub mod lease;
 pub mod time;
 
 #[cfg(test)]

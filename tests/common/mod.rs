@@ -90,23 +90,7 @@ impl Cluster {
     }
 
     pub fn with_preload(name: &str, extra: &str, preload: bool) -> Cluster {
-        let n = COUNTER.fetch_add(1, Ordering::SeqCst);
-        let root = PathBuf::from(
-            std::env::var("SNOWFLAKE_TEST_DIR").unwrap_or_else(|_| "/tmp/snowflake-tests".into()),
-        );
-        fs::create_dir_all(&root).unwrap();
-        let _ = Command::new("chmod").arg("1777").arg(&root).status();
-        let dir = root.join(format!("{name}-{}-{n}", std::process::id()));
-        let _ = fs::remove_dir_all(&dir);
-        fs::create_dir_all(&dir).unwrap();
-        if is_root() {
-            assert!(Command::new("chown")
-                .arg("postgres:postgres")
-                .arg(&dir)
-                .status()
-                .unwrap()
-                .success());
-        }
+        let (dir, port) = Self::new_dir(name);
         let data = dir.join("data");
         let out = as_owner(&bindir().join("initdb"))
             .arg("-D")
@@ -128,9 +112,6 @@ impl Cluster {
             "initdb failed: {}",
             String::from_utf8_lossy(&out.stderr)
         );
-        // A port per cluster: the socket lives in the cluster's own directory, so the number only
-        // has to be unique among this run's clusters.
-        let port = 30000 + (std::process::id() % 500) as u16 * 50 + (n % 50) as u16;
         let mut c = Cluster {
             dir,
             data,
@@ -139,12 +120,127 @@ impl Cluster {
             running: false,
         };
         c.conf(&format!(
-            "port = {port}\nunix_socket_directories = '{}'\nlisten_addresses = ''\nfsync = off\n\
-             max_connections = 40\nshared_buffers = 64MB\nlog_min_messages = warning\n{}\n{extra}\n",
-            c.dir.display(),
+            "{}\nfsync = off\nmax_connections = 40\nshared_buffers = 64MB\nlog_min_messages = warning\n{}\n{extra}\n",
+            c.address_conf(),
             if preload { "shared_preload_libraries = 'snowflake'" } else { "" },
         ));
         c
+    }
+
+    fn address_conf(&self) -> String {
+        format!(
+            "port = {}\nunix_socket_directories = '{}'\nlisten_addresses = ''",
+            self.port,
+            self.dir.display()
+        )
+    }
+
+    /// A streaming standby of `primary` (pg_basebackup -R), not yet started.
+    pub fn standby_of(primary: &Cluster, name: &str) -> Cluster {
+        let (dir, port) = Self::new_dir(name);
+        let data = dir.join("data");
+        let out = as_owner(&bindir().join("pg_basebackup"))
+            .arg("-D")
+            .arg(&data)
+            .arg("-h")
+            .arg(&primary.dir)
+            .args([
+                "-p",
+                &primary.port.to_string(),
+                "-U",
+                "postgres",
+                "-R",
+                "-X",
+                "stream",
+                "--no-sync",
+            ])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "pg_basebackup failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let mut c = Cluster {
+            dir,
+            data,
+            port,
+            env: HashMap::new(),
+            running: false,
+        };
+        let addr = c.address_conf();
+        c.conf(&addr);
+        c
+    }
+
+    /// Runs the server under libfaketime; `spec` is FAKETIME's syntax ("-10s"), or None to read
+    /// the offset from the file `faketime_file()` (re-read every second) so it can change live.
+    pub fn fake_time(&mut self, spec: Option<&str>) {
+        let lib = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
+        assert!(Path::new(lib).exists(), "libfaketime is not installed");
+        self.env.insert("LD_PRELOAD".into(), lib.into());
+        // PostgreSQL's timeouts and latches use the monotonic clock: leave it alone.
+        self.env
+            .insert("FAKETIME_DONT_FAKE_MONOTONIC".into(), "1".into());
+        match spec {
+            Some(s) => {
+                self.env.insert("FAKETIME".into(), s.into());
+            }
+            None => {
+                self.set_fake_offset("+0s");
+                self.env.insert(
+                    "FAKETIME_TIMESTAMP_FILE".into(),
+                    self.faketime_file().display().to_string(),
+                );
+                self.env
+                    .insert("FAKETIME_CACHE_DURATION".into(), "1".into());
+            }
+        }
+    }
+
+    pub fn faketime_file(&self) -> PathBuf {
+        self.dir.join("faketime.rc")
+    }
+
+    pub fn set_fake_offset(&self, spec: &str) {
+        fs::write(self.faketime_file(), format!("{spec}\n")).unwrap();
+    }
+
+    /// How far the server's clock is from ours, in seconds (negative: behind).
+    pub fn clock_offset_s(&self) -> f64 {
+        let theirs: f64 = self
+            .sql("SELECT extract(epoch FROM clock_timestamp())")
+            .parse()
+            .unwrap();
+        let ours = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs_f64();
+        theirs - ours
+    }
+
+    fn new_dir(name: &str) -> (PathBuf, u16) {
+        let n = COUNTER.fetch_add(1, Ordering::SeqCst);
+        let root = PathBuf::from(
+            std::env::var("SNOWFLAKE_TEST_DIR").unwrap_or_else(|_| "/tmp/snowflake-tests".into()),
+        );
+        fs::create_dir_all(&root).unwrap();
+        let _ = Command::new("chmod").arg("1777").arg(&root).status();
+        let dir = root.join(format!("{name}-{}-{n}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).unwrap();
+        if is_root() {
+            assert!(Command::new("chown")
+                .arg("postgres:postgres")
+                .arg(&dir)
+                .status()
+                .unwrap()
+                .success());
+        }
+        // The socket lives in the cluster's own directory, so the port only has to be unique
+        // among this run's clusters (it also seeds the shared memory key).
+        let port = 30000 + (std::process::id() % 500) as u16 * 50 + (n % 50) as u16;
+        (dir, port)
     }
 
     /// Appends lines to postgresql.conf (later lines win).
@@ -307,6 +403,31 @@ impl Cluster {
             .arg("postgres")
             .output()
             .unwrap()
+    }
+
+    pub fn promote(&mut self) {
+        let out = self.pg_ctl().args(["-w", "promote"]).output().unwrap();
+        assert!(
+            out.status.success(),
+            "promote: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    /// Polls `sql` until it returns `expected`, for at most `secs` seconds.
+    pub fn wait_for(&self, sql: &str, expected: &str, secs: u64) {
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+        loop {
+            let got = self.try_sql(sql);
+            if got.as_deref() == Ok(expected) {
+                return;
+            }
+            assert!(
+                std::time::Instant::now() < until,
+                "{sql} still gives {got:?}, not {expected}"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(200));
+        }
     }
 
     pub fn postmaster_pid(&self) -> i32 {

@@ -1,0 +1,218 @@
+//! Never a duplicate: crashes and restarts with the clock set back, a clock stepped back while
+//! clients insert, failover to a standby whose clock lags, and many servers feeding one table.
+//! Real servers, real crashes (`pg_ctl stop -m immediate`), a real clock moved by libfaketime.
+
+mod common;
+use common::Cluster;
+use std::thread;
+use std::time::Duration;
+
+const TABLE: &str = "CREATE EXTENSION snowflake; \
+    CREATE TABLE t (id bigint PRIMARY KEY DEFAULT snowflake_nextval(), pid int DEFAULT pg_backend_pid(), \
+                    ord bigserial, payload text, \
+                    at timestamptz DEFAULT clock_timestamp())";
+
+fn max_id(c: &Cluster) -> i64 {
+    c.sql_i64("SELECT max(id) FROM t")
+}
+
+/// Every ID inserted after `floor` exists is above it, and each session saw its IDs increase.
+fn assert_all_above(c: &Cluster, floor: i64, marker: &str) {
+    let out = c.sql(&format!(
+        "SELECT count(*), count(*) FILTER (WHERE id <= {floor}) FROM t WHERE payload = '{marker}'"
+    ));
+    let (n, below) = out.split_once('|').unwrap();
+    assert!(n.parse::<i64>().unwrap() > 0, "no rows with {marker}");
+    assert_eq!(
+        below, "0",
+        "{below} of {n} new IDs are not above the old maximum {floor}"
+    );
+}
+
+fn assert_sessions_increase(c: &Cluster) {
+    let bad = c.sql_i64(
+        "SELECT count(*) FROM (SELECT id, lag(id) OVER (PARTITION BY pid ORDER BY ord) AS prev FROM t) x WHERE id <= prev",
+    );
+    assert_eq!(bad, 0, "a session saw its IDs go down");
+}
+
+#[test]
+fn crash_and_restart_with_the_clock_set_back() {
+    let mut c = Cluster::new("crash", "snowflake.max_clock_drift = '60s'");
+    c.start();
+    c.sql(TABLE);
+    c.sql("INSERT INTO t (payload) SELECT 'before' FROM generate_series(1, 200000)");
+    let before = max_id(&c);
+    c.stop("immediate");
+
+    c.fake_time(Some("-10s"));
+    c.start();
+    let offset = c.clock_offset_s();
+    assert!(
+        offset < -9.0,
+        "the server's clock is not behind ({offset} s)"
+    );
+    c.sql("INSERT INTO t (payload) SELECT 'after crash' FROM generate_series(1, 1000)");
+    assert_all_above(&c, before, "after crash");
+
+    // The same after a clean stop, with the clock set back further still.
+    let before = max_id(&c);
+    c.stop("fast");
+    c.fake_time(Some("-20s"));
+    c.start();
+    c.sql("INSERT INTO t (payload) SELECT 'after clean stop' FROM generate_series(1, 1000)");
+    assert_all_above(&c, before, "after clean stop");
+    assert_sessions_increase(&c);
+}
+
+#[test]
+fn clock_stepped_back_while_clients_insert() {
+    let mut c = Cluster::new("step", "snowflake.max_clock_drift = '10s'");
+    c.fake_time(None);
+    c.start();
+    c.sql(TABLE);
+    let bench = thread::scope(|s| {
+        let h = s.spawn(|| {
+            c.pgbench(
+                "INSERT INTO t (payload) VALUES ('stepped');\n",
+                &["-c", "8", "-j", "2", "-T", "8"],
+            )
+        });
+        thread::sleep(Duration::from_secs(3));
+        c.set_fake_offset("-5s");
+        h.join().unwrap()
+    });
+    let text = String::from_utf8_lossy(&bench.stdout).to_string()
+        + &String::from_utf8_lossy(&bench.stderr);
+    assert!(
+        bench.status.success(),
+        "pgbench failed while the clock stepped back:\n{text}"
+    );
+    let offset = c.clock_offset_s();
+    assert!(offset < -4.0, "the step did not happen ({offset} s)");
+    let processed: i64 = text
+        .lines()
+        .find_map(|l| l.strip_prefix("number of transactions actually processed: "))
+        .and_then(|v| v.split('/').next())
+        .and_then(|v| v.trim().parse().ok())
+        .expect("pgbench summary");
+    assert_eq!(
+        c.sql_i64("SELECT count(*) FROM t WHERE payload = 'stepped'"),
+        processed,
+        "every insert made it"
+    );
+    assert_sessions_increase(&c);
+    // `at` is the server's (stepped) clock when the row was inserted: IDs issued while it was
+    // behind carry the last timestamp, well ahead of it.
+    let ahead = c
+        .sql_i64("SELECT count(*) FROM t WHERE snowflake_timestamp(id) > at + interval '1 second'");
+    assert!(ahead > 0, "no ID was issued while the clock was behind");
+
+    // Past max_clock_drift: clear errors, nothing inserted, nothing repeated...
+    let before = max_id(&c);
+    let count = c.sql_i64("SELECT count(*) FROM t");
+    c.set_fake_offset("-40s");
+    thread::sleep(Duration::from_millis(2500));
+    assert!(c.clock_offset_s() < -35.0, "the second step did not happen");
+    let e = c.sql_err("INSERT INTO t (payload) VALUES ('too far')");
+    assert_eq!(e.sqlstate, "58000", "{}", e.raw);
+    assert!(
+        e.detail.contains("ms behind") && e.detail.contains("max_clock_drift"),
+        "{}",
+        e.raw
+    );
+    assert!(!e.hint.is_empty());
+    assert_eq!(c.sql_i64("SELECT count(*) FROM t"), count);
+    // ...and the server recovers by itself when the clock catches up.
+    c.set_fake_offset("+0s");
+    c.wait_for("SELECT snowflake_nextval() > 0", "t", 15);
+    c.sql("INSERT INTO t (payload) VALUES ('recovered')");
+    assert_all_above(&c, before, "recovered");
+}
+
+#[test]
+fn failover_to_a_standby_whose_clock_is_behind() {
+    let mut primary = Cluster::new("primary", "snowflake.worker_id = 4\nwal_level = replica");
+    primary.start();
+    primary.sql(TABLE);
+    let mut standby = Cluster::standby_of(&primary, "standby");
+    standby.fake_time(Some("-5s"));
+    standby.start();
+    assert!(
+        standby.clock_offset_s() < -4.0,
+        "standby clock is not behind"
+    );
+
+    primary.sql("INSERT INTO t (payload) SELECT 'primary' FROM generate_series(1, 100000)");
+    let before = max_id(&primary);
+    let lsn = primary.sql("SELECT pg_current_wal_flush_lsn()");
+    standby.wait_for(
+        &format!("SELECT pg_last_wal_replay_lsn() >= '{lsn}'"),
+        "t",
+        60,
+    );
+    // A standby shares the primary's worker ID: it must not generate IDs itself.
+    assert_eq!(
+        standby.sql_err("SELECT snowflake_nextval()").sqlstate,
+        "25006"
+    );
+
+    primary.stop("immediate");
+    standby.promote();
+    standby.sql("INSERT INTO t (payload) SELECT 'promoted' FROM generate_series(1, 1000)");
+    assert_eq!(
+        standby.sql_i64("SELECT count(*) FROM t WHERE payload = 'primary'"),
+        100000
+    );
+    assert_all_above(&standby, before, "promoted");
+}
+
+#[test]
+fn two_servers_feed_one_table_through_logical_replication() {
+    let logical =
+        "wal_level = logical\nmax_worker_processes = 16\nmax_logical_replication_workers = 8";
+    let mut a = Cluster::new(
+        "fan-a",
+        &format!("{logical}\nsnowflake.datacenter_id = 1\nsnowflake.worker_id = 1"),
+    );
+    let mut b = Cluster::new(
+        "fan-b",
+        &format!("{logical}\nsnowflake.datacenter_id = 1\nsnowflake.worker_id = 2"),
+    );
+    let mut hub = Cluster::new(
+        "fan-hub",
+        &format!("{logical}\nsnowflake.datacenter_id = 2\nsnowflake.worker_id = 1"),
+    );
+    for c in [&mut a, &mut b, &mut hub] {
+        c.start();
+        c.sql(TABLE);
+    }
+    for (c, name) in [(&a, "a"), (&b, "b")] {
+        c.sql(&format!("CREATE PUBLICATION pub_{name} FOR TABLE t"));
+        hub.sql(&format!(
+            "CREATE SUBSCRIPTION sub_{name} CONNECTION 'host={} port={} user=postgres dbname=postgres' PUBLICATION pub_{name}",
+            c.dir.display(),
+            c.port
+        ));
+    }
+    let script = "INSERT INTO t (payload) VALUES ('fan-in');\n";
+    let outs = thread::scope(|s| {
+        let ha = s.spawn(|| a.pgbench(script, &["-c", "4", "-j", "2", "-t", "5000"]));
+        let hb = s.spawn(|| b.pgbench(script, &["-c", "4", "-j", "2", "-t", "5000"]));
+        [ha.join().unwrap(), hb.join().unwrap()]
+    });
+    for o in &outs {
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    }
+    hub.wait_for("SELECT count(*) FROM t", "40000", 120);
+    let per_origin = hub.sql(
+        "SELECT string_agg(o || ':' || n, ',' ORDER BY o) FROM \
+         (SELECT snowflake_datacenter_id(id) || '/' || snowflake_worker_id(id) AS o, count(*) AS n FROM t GROUP BY 1) x",
+    );
+    assert_eq!(per_origin, "1/1:20000,1/2:20000");
+    assert!(
+        !hub.log().contains("duplicate key"),
+        "a conflict on the hub:\n{}",
+        hub.log()
+    );
+}
