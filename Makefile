@@ -10,8 +10,11 @@ deps:
 	@scripts/deps.sh
 
 # Release build, installed into the PostgreSQL found by $(PG_CONFIG).
+# The scripts under sql/ (the frozen first release and the upgrade scripts) go beside the
+# current version's script that cargo pgrx generates.
 install: deps
 	$(SUDO) env PATH="$$PATH" HOME="$$HOME" cargo pgrx install --release --pg-config $(PG_CONFIG)
+	$(SUDO) install -m 644 sql/snowflake--*.sql "$$($(PG_CONFIG) --sharedir)/extension/"
 
 demo: install
 	@scripts/demo.sh

@@ -1,7 +1,7 @@
 //! The SQL functions. Each one converts its arguments, calls the core and reports errors.
 
 use crate::config::{self, epoch_ms};
-use crate::core::generator::{issue, IssueError, Step};
+use crate::core::generator::{issue, GenError, IssueError, Step};
 use crate::core::layout::{self, decompose};
 use crate::core::time::{pg_timestamp_to_unix_ms, unix_ms_to_pg_timestamp, Clock, SystemClock};
 use crate::errors;
@@ -11,24 +11,64 @@ use pgrx::prelude::*;
 /// How long a call waits for the lease worker before giving up with an error.
 const LEASE_WAIT_LIMIT: std::time::Duration = std::time::Duration::from_secs(10);
 
-/// The next ID of this server's generator: strictly greater than every ID it issued before.
-#[pg_extern(volatile, parallel_safe)]
-fn snowflake_nextval() -> i64 {
+/// `snowflake_nextval()`, written as a bare V1 C function rather than a `#[pg_extern]`.
+///
+/// The common path is one clock read, LWLockAcquire, a few comparisons, LWLockRelease. pgrx's
+/// wrapper (panic guard, memory-context bookkeeping) and its sigsetjmp guard around every
+/// `pg_sys` call cost several times that, so this path calls the two LWLock functions directly
+/// and holds nothing that needs dropping: if PostgreSQL raised an error inside them, its longjmp
+/// would cross only plain frames, as in a C extension. Anything unusual (first call, a wait, an
+/// error) goes to `nextval_slow`, which is guarded like any pgrx function.
+#[unsafe(no_mangle)]
+pub unsafe extern "C-unwind" fn snowflake_nextval_wrapper(
+    _fcinfo: pg_sys::FunctionCallInfo,
+) -> pg_sys::Datum {
+    let first = unsafe { shmem::hot_attempt() };
+    if let Some(Ok(Step::Issued(id))) = first {
+        return pg_sys::Datum::from(id);
+    }
+    pg_sys::Datum::from(unsafe { nextval_slow(&first) })
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn pg_finfo_snowflake_nextval_wrapper() -> &'static pg_sys::Pg_finfo_record {
+    const V1: pg_sys::Pg_finfo_record = pg_sys::Pg_finfo_record { api_version: 1 };
+    &V1
+}
+
+extension_sql!(
+    r#"
+CREATE FUNCTION snowflake_nextval() RETURNS bigint
+LANGUAGE c STRICT VOLATILE PARALLEL SAFE
+AS 'MODULE_PATHNAME', 'snowflake_nextval_wrapper';
+COMMENT ON FUNCTION snowflake_nextval() IS 'The next snowflake ID of this server: time-ordered, unique across servers with distinct worker IDs';
+"#,
+    name = "snowflake_nextval"
+);
+
+/// Everything but the common path: checks, the first call's set-up, waits and errors.
+#[pg_guard]
+#[cold]
+#[inline(never)]
+unsafe extern "C-unwind" fn nextval_slow(first: &Option<Result<Step, GenError>>) -> i64 {
     if !config::preloaded() {
         errors::not_preloaded("snowflake_nextval()");
     }
     if unsafe { pg_sys::RecoveryInProgress() } {
         errors::in_recovery("snowflake_nextval()");
     }
+    shmem::enable_hot_path();
     let node = config::node();
     let epoch = epoch_ms();
     let drift = config::max_clock_drift_ms();
+    let mut pending = *first;
     let mut lease_deadline = None;
     let result = issue(
-        // The whole critical section: one clock read and a few comparisons.
         || {
-            let now = SystemClock.now_unix_ms() - epoch;
-            GENERATOR.exclusive().state.next(now, node, drift)
+            pending.take().unwrap_or_else(|| {
+                let now = SystemClock.now_unix_ms() - epoch;
+                GENERATOR.exclusive().state.next(now, node, drift)
+            })
         },
         // Waits happen with the lock released, and stay interruptible.
         |step| {

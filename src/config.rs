@@ -47,7 +47,9 @@ pub fn node() -> Node {
 /// `snowflake.max_clock_drift` in ms; it may change on reload (SIGHUP).
 #[inline]
 pub fn max_clock_drift_ms() -> u64 {
-    MAX_CLOCK_DRIFT.get().max(0) as u64
+    // SAFETY: PostgreSQL writes the setting only from this (the backend's only) thread, on
+    // reload; reading it directly skips pgrx's per-call thread check on the hot path.
+    unsafe { MAX_CLOCK_DRIFT.as_ptr().read() }.max(0) as u64
 }
 
 /// The database in which the lease worker keeps the high-water mark.

@@ -10,6 +10,7 @@ mod config;
 mod errors;
 mod lease;
 mod shmem;
+mod status;
 
 ::pgrx::pg_module_magic!(name, version);
 

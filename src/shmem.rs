@@ -44,6 +44,63 @@ pub fn init() {
     pg_shmem_init!(GENERATOR);
 }
 
+/// This backend's direct pointers to the generator and its LWLock, for the hot path. Null until
+/// the first call has checked that the library is preloaded and the server is not in recovery
+/// (a backend never goes back into recovery, so the check need not be repeated).
+#[derive(Clone, Copy)]
+struct Hot {
+    shared: *mut Shared,
+    lock: *mut pg_sys::LWLock,
+}
+
+static mut HOT: Hot = Hot {
+    shared: std::ptr::null_mut(),
+    lock: std::ptr::null_mut(),
+};
+
+/// The two LWLock calls without pgrx's sigsetjmp guard around them (see `snowflake_nextval`).
+mod unguarded {
+    use pgrx::pg_sys::{LWLock, LWLockMode};
+    unsafe extern "C-unwind" {
+        pub fn LWLockAcquire(lock: *mut LWLock, mode: LWLockMode::Type) -> bool;
+        pub fn LWLockRelease(lock: *mut LWLock);
+    }
+}
+
+pub fn enable_hot_path() {
+    // SAFETY: backends are single-threaded; the pointers stay valid for the process's life.
+    unsafe {
+        if HOT.shared.is_null() {
+            let lock = &raw mut (*pg_sys::GetNamedLWLockTranche(GENERATOR.name().as_ptr())).lock;
+            let shared: *mut Shared = &mut *GENERATOR.exclusive();
+            HOT = Hot { shared, lock };
+        }
+    }
+}
+
+/// One attempt on the common path, or None before `enable_hot_path`.
+///
+/// # Safety
+/// Only from a backend's main thread.
+#[inline(always)]
+pub unsafe fn hot_attempt(
+) -> Option<Result<crate::core::generator::Step, crate::core::generator::GenError>> {
+    unsafe {
+        let hot = (&raw const HOT).read();
+        if hot.shared.is_null() {
+            return None;
+        }
+        let now = crate::core::time::Clock::now_unix_ms(&crate::core::time::SystemClock)
+            - crate::config::epoch_ms();
+        let node = crate::config::node();
+        let drift = crate::config::max_clock_drift_ms();
+        unguarded::LWLockAcquire(hot.lock, pg_sys::LWLockMode::LW_EXCLUSIVE);
+        let step = (*hot.shared).state.next(now, node, drift);
+        unguarded::LWLockRelease(hot.lock);
+        Some(step)
+    }
+}
+
 /// Wakes the lease worker, if one runs. Called with no lock held.
 pub fn wake_worker() {
     let latch = GENERATOR.share().worker_latch;

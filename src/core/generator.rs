@@ -9,7 +9,7 @@
 //! any clock it likes, and the caller decides how to wait (a process-local condvar in tests, a
 //! latch with `CHECK_FOR_INTERRUPTS` in PostgreSQL) without ever holding its lock while it waits.
 
-use super::layout::{assemble, Node, MAX_SEQUENCE, MAX_TIMESTAMP};
+use super::layout::{assemble, decompose, Node, MAX_SEQUENCE, MAX_TIMESTAMP};
 use std::fmt;
 
 /// The first sequence of a new millisecond is drawn from `0..SEQUENCE_SPREAD` instead of always
@@ -74,6 +74,17 @@ pub enum Step {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FloorError {
+    Negative,
+    /// The value's timestamp lies so far ahead of the clock that IDs above it would break the
+    /// drift limit.
+    TooFarAhead {
+        ahead_ms: u64,
+        max_drift_ms: u64,
+    },
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum GenError {
     /// The clock reads more than the allowed drift behind the last issued timestamp.
     ClockBehind { behind_ms: u64, max_drift_ms: u64 },
@@ -131,6 +142,27 @@ impl State {
             self.last_ms = ms;
             self.last_seq = MAX_SEQUENCE;
         }
+    }
+
+    /// Makes every future ID greater than `id`, as long as that does not put the generator more
+    /// than `max_drift_ms` ahead of the clock `now_ms`: used to switch a table that already has
+    /// keys over to snowflake IDs. Returns how far ahead of the clock `id`'s timestamp lies.
+    pub fn ensure_above(
+        &mut self,
+        id: i64,
+        now_ms: i64,
+        max_drift_ms: u64,
+    ) -> Result<u64, FloorError> {
+        let ms = decompose(id).map_err(|_| FloorError::Negative)?.ms;
+        let ahead = (ms as i128 - now_ms as i128).max(0) as u64;
+        if ahead >= max_drift_ms {
+            return Err(FloorError::TooFarAhead {
+                ahead_ms: ahead,
+                max_drift_ms,
+            });
+        }
+        self.raise_floor(ms);
+        Ok(ahead)
     }
 
     /// One attempt to issue an ID at clock reading `now_ms` (ms since the epoch; negative when the
@@ -329,6 +361,27 @@ mod tests {
             issued(&mut s, 9_000, 5_000) > id,
             "a lower floor changes nothing"
         );
+    }
+
+    #[test]
+    fn ensure_above_puts_new_ids_above_existing_keys_or_refuses() {
+        let mut s = State::new();
+        // A bigserial's keys are tiny: trivially below.
+        assert_eq!(s.ensure_above(5_000_000, 1_000_000, 10_000), Ok(0));
+        let id = issued(&mut s, 1_000_000, 10_000);
+        let above = crate::core::layout::compose(1_005_000, 31, 31, 4095).unwrap();
+        assert_eq!(s.ensure_above(above, 1_000_000, 10_000), Ok(5_000));
+        let next = issued(&mut s, 1_000_000, 10_000);
+        assert!(next > above && next > id);
+        let far = crate::core::layout::compose(1_020_000, 0, 0, 0).unwrap();
+        assert_eq!(
+            s.ensure_above(far, 1_000_000, 10_000),
+            Err(FloorError::TooFarAhead {
+                ahead_ms: 20_000,
+                max_drift_ms: 10_000
+            })
+        );
+        assert_eq!(s.ensure_above(-1, 0, 10), Err(FloorError::Negative));
     }
 
     #[test]

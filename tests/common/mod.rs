@@ -174,7 +174,7 @@ impl Cluster {
     }
 
     /// Runs the server under libfaketime; `spec` is FAKETIME's syntax ("-10s"), or None to read
-    /// the offset from the file `faketime_file()` (re-read every second) so it can change live.
+    /// the offset from the file `faketime_file()`, so that it can change while the server runs.
     pub fn fake_time(&mut self, spec: Option<&str>) {
         let lib = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
         assert!(Path::new(lib).exists(), "libfaketime is not installed");
@@ -192,8 +192,8 @@ impl Cluster {
                     "FAKETIME_TIMESTAMP_FILE".into(),
                     self.faketime_file().display().to_string(),
                 );
-                self.env
-                    .insert("FAKETIME_CACHE_DURATION".into(), "1".into());
+                // Re-read on every clock call, so a step takes effect at once in every process.
+                self.env.insert("FAKETIME_NO_CACHE".into(), "1".into());
             }
         }
     }
@@ -322,6 +322,10 @@ impl Cluster {
     }
 
     pub fn psql_cmd(&self, db: &str) -> Command {
+        self.psql_cmd_as("postgres", db)
+    }
+
+    pub fn psql_cmd_as(&self, user: &str, db: &str) -> Command {
         let mut c = Command::new(bindir().join("psql"));
         c.args([
             "-X",
@@ -335,7 +339,7 @@ impl Cluster {
         ])
         .arg("-h")
         .arg(&self.dir)
-        .args(["-p", &self.port.to_string(), "-U", "postgres", "-d", db])
+        .args(["-p", &self.port.to_string(), "-U", user, "-d", db])
         .env("PGOPTIONS", "-c client_min_messages=warning");
         c
     }
@@ -348,6 +352,17 @@ impl Cluster {
     pub fn try_sql_in(&self, db: &str, sql: &str) -> Result<String, PgError> {
         let out = self.psql_cmd(db).arg("-c").arg(sql).output().unwrap();
         result(out)
+    }
+
+    /// Runs SQL as another role.
+    pub fn try_sql_as(&self, user: &str, sql: &str) -> Result<String, PgError> {
+        result(
+            self.psql_cmd_as(user, "postgres")
+                .arg("-c")
+                .arg(sql)
+                .output()
+                .unwrap(),
+        )
     }
 
     /// Runs a whole script file-style (statements separated by newlines, meta-commands allowed).

@@ -1,0 +1,222 @@
+//! What a DBA relies on: status and statistics, switching existing tables over, upgrading from
+//! the first release, and who may change what.
+
+mod common;
+use common::Cluster;
+use std::thread;
+use std::time::Duration;
+
+#[test]
+fn node_and_stats_report_the_generator() {
+    let mut c = Cluster::new(
+        "status",
+        "snowflake.datacenter_id = 9\nsnowflake.worker_id = 30\nsnowflake.max_clock_drift = '10s'",
+    );
+    c.fake_time(None);
+    c.start();
+    c.sql("CREATE EXTENSION snowflake");
+    assert_eq!(
+        c.sql("SET timezone = 'UTC'; SELECT datacenter_id, worker_id, epoch, max_clock_drift_ms, last_timestamp IS NULL FROM snowflake_node()"),
+        "9|30|2010-11-04 01:42:54.657+00|10000|t"
+    );
+    assert_eq!(c.sql("SELECT ids_issued FROM snowflake_stats()"), "0");
+    c.sql("SELECT count(snowflake_nextval()) FROM generate_series(1, 12345)");
+    assert_eq!(c.sql("SELECT ids_issued FROM snowflake_stats()"), "12345");
+    let node = c.sql(
+        "SELECT last_timestamp IS NOT NULL, lead_ms BETWEEN 0 AND 10000, lease_until >= last_timestamp, \
+                lease_worker_pid = (SELECT pid FROM pg_stat_activity WHERE backend_type = 'snowflake lease') \
+         FROM snowflake_node()",
+    );
+    assert_eq!(node, "t|t|t|t");
+
+    // A clock stepped back 8 s (seen about 6 s behind its highest reading, after the 1 s
+    // libfaketime cache and our wait) is one event; past the drift it counts errors.
+    c.sql("SELECT snowflake_nextval()");
+    c.set_fake_offset("-8s");
+    thread::sleep(Duration::from_millis(1500));
+    c.sql("SELECT snowflake_nextval(); SELECT snowflake_nextval()");
+    let s = c.sql("SELECT clock_back_events, largest_clock_back_ms BETWEEN 5000 AND 8000, errors FROM snowflake_stats()");
+    assert_eq!(s, "1|t|0");
+    c.set_fake_offset("-30s");
+    thread::sleep(Duration::from_millis(1500));
+    assert_eq!(c.sql_err("SELECT snowflake_nextval()").sqlstate, "58000");
+    // Still the same episode: the clock never caught up in between.
+    assert_eq!(
+        c.sql("SELECT errors >= 1, clock_back_events FROM snowflake_stats()"),
+        "t|1"
+    );
+
+    // Counters live in shared memory: a restart resets them.
+    c.set_fake_offset("+0s");
+    c.stop("fast");
+    c.env.clear();
+    c.start();
+    assert_eq!(
+        c.sql("SELECT ids_issued, errors, clock_back_events FROM snowflake_stats()"),
+        "0|0|0"
+    );
+}
+
+#[test]
+fn adopt_switches_existing_tables_and_keeps_new_ids_above_old_ones() {
+    let mut c = Cluster::new("adopt", "snowflake.max_clock_drift = '10s'");
+    c.start();
+    c.sql(
+        "CREATE EXTENSION snowflake;
+         CREATE TABLE serial_t (id bigserial PRIMARY KEY, pid int DEFAULT pg_backend_pid(), ord bigserial, v text);
+         INSERT INTO serial_t (v) SELECT 'old' FROM generate_series(1, 10000);
+         CREATE TABLE ident_t (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, v text);
+         INSERT INTO ident_t (v) SELECT 'old' FROM generate_series(1, 100);
+         CREATE TABLE int_t (id int PRIMARY KEY);
+         CREATE TABLE future_t (id bigint PRIMARY KEY);
+         CREATE TABLE far_t (id bigint PRIMARY KEY DEFAULT 1);
+         -- Keys from a generator whose clock ran 3 s ahead: new IDs must still be above them.
+         INSERT INTO future_t VALUES (snowflake_compose(now() + interval '3 seconds', 31, 31, 4095));
+         INSERT INTO far_t VALUES (snowflake_compose(now() + interval '1 hour', 0, 0, 0));",
+    );
+    // Writers keep inserting while the table is switched over: none fails.
+    let bench = thread::scope(|s| {
+        let h = s.spawn(|| {
+            c.pgbench(
+                "INSERT INTO serial_t (v) VALUES ('during');\n",
+                &["-c", "4", "-j", "2", "-T", "4"],
+            )
+        });
+        thread::sleep(Duration::from_millis(1500));
+        let old_max = c.sql_i64("SELECT snowflake_adopt('serial_t')");
+        (h.join().unwrap(), old_max)
+    });
+    let (out, old_max) = bench;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("number of failed transactions: 0"));
+    c.sql("INSERT INTO serial_t (v) VALUES ('after')");
+    let check = c.sql(&format!(
+        "SELECT count(*) FILTER (WHERE id > {old_max}) > 0, \
+                (SELECT count(*) FROM (SELECT id, lag(id) OVER (PARTITION BY pid ORDER BY ord) p FROM serial_t) x WHERE id <= p), \
+                pg_get_expr(adbin, adrelid) \
+         FROM serial_t, pg_attrdef WHERE adrelid = 'serial_t'::regclass AND adnum = 1 GROUP BY adbin, adrelid"
+    ));
+    assert_eq!(check, "t|0|snowflake_nextval()");
+
+    // Identity columns lose their identity and take the default.
+    c.sql("SELECT snowflake_adopt('ident_t')");
+    assert_eq!(
+        c.sql("INSERT INTO ident_t (v) VALUES ('new') RETURNING id > 100, snowflake_worker_id(id)"),
+        "t|0"
+    );
+
+    let future_max = c.sql_i64("SELECT max(id) FROM future_t");
+    c.sql("SELECT snowflake_adopt('future_t'); INSERT INTO future_t DEFAULT VALUES");
+    assert_eq!(
+        c.sql(&format!(
+            "SELECT count(*) FROM future_t WHERE id > {future_max}"
+        )),
+        "1"
+    );
+
+    // Refusals: wrong type, keys too far ahead; nothing changes.
+    let e = c.sql_err("SELECT snowflake_adopt('int_t')");
+    assert_eq!(e.sqlstate, "42804", "{}", e.raw);
+    assert!(e.hint.contains("TYPE bigint"));
+    let e = c.sql_err("SELECT snowflake_adopt('far_t')");
+    assert_eq!(e.sqlstate, "55000", "{}", e.raw);
+    assert!(e.detail.contains("ahead of the clock"), "{}", e.raw);
+    assert_eq!(
+        c.sql(
+            "SELECT pg_get_expr(adbin, adrelid) FROM pg_attrdef WHERE adrelid = 'far_t'::regclass"
+        ),
+        "1"
+    );
+    assert_eq!(
+        c.sql_err("SELECT snowflake_adopt('serial_t', 'nope')")
+            .sqlstate,
+        "42703"
+    );
+}
+
+/// Everything an extension's functions are, as the catalog says: for comparing installs.
+const CATALOG: &str = "SELECT string_agg(format('%s %s %s %s %s %s %s %s', p.oid::regprocedure, p.provolatile, p.proisstrict, \
+     p.proparallel, p.prosecdef, pg_get_function_result(p.oid), md5(p.prosrc), p.proacl), E'\\n' ORDER BY p.oid::regprocedure::text) \
+     FROM pg_proc p JOIN pg_depend d ON d.classid = 'pg_proc'::regclass AND d.objid = p.oid AND d.deptype = 'e' \
+     JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'snowflake'";
+
+#[test]
+fn upgrade_from_the_first_release_matches_a_fresh_install() {
+    let mut c = Cluster::new("upgrade", "");
+    c.start();
+    c.sql("CREATE DATABASE fresh");
+    c.sql("CREATE DATABASE old");
+    c.try_sql_in("old", "CREATE EXTENSION snowflake VERSION '1.0.0'; CREATE TABLE t (id bigint PRIMARY KEY DEFAULT snowflake_nextval()); INSERT INTO t DEFAULT VALUES").unwrap();
+    assert_eq!(
+        c.try_sql_in(
+            "old",
+            "SELECT extversion FROM pg_extension WHERE extname = 'snowflake'"
+        )
+        .unwrap(),
+        "1.0.0"
+    );
+    assert!(
+        c.try_sql_in("old", "SELECT * FROM snowflake_stats()")
+            .is_err(),
+        "1.0.0 has no snowflake_stats()"
+    );
+    c.try_sql_in("old", "ALTER EXTENSION snowflake UPDATE")
+        .unwrap();
+    c.try_sql_in("fresh", "CREATE EXTENSION snowflake").unwrap();
+    let version = c
+        .try_sql_in(
+            "old",
+            "SELECT extversion FROM pg_extension WHERE extname = 'snowflake'",
+        )
+        .unwrap();
+    assert_eq!(
+        version,
+        c.try_sql_in(
+            "fresh",
+            "SELECT extversion FROM pg_extension WHERE extname = 'snowflake'"
+        )
+        .unwrap()
+    );
+    assert_ne!(version, "1.0.0");
+    let upgraded = c.try_sql_in("old", CATALOG).unwrap();
+    let fresh = c.try_sql_in("fresh", CATALOG).unwrap();
+    assert_eq!(
+        upgraded, fresh,
+        "an upgraded install differs from a fresh one"
+    );
+    // The upgraded extension works, with the table made before the upgrade.
+    let out = c
+        .try_sql_in("old", "INSERT INTO t DEFAULT VALUES; SELECT count(*), (SELECT ids_issued >= 2 FROM snowflake_stats()) FROM t")
+        .unwrap();
+    assert_eq!(out, "2|t");
+}
+
+#[test]
+fn non_superusers_generate_ids_but_cannot_change_the_node_identity() {
+    let mut c = Cluster::new("roles", "snowflake.worker_id = 6");
+    c.start();
+    c.sql("CREATE EXTENSION snowflake; CREATE ROLE app LOGIN; CREATE TABLE t (id bigint PRIMARY KEY DEFAULT snowflake_nextval()); GRANT ALL ON t TO app");
+    assert_eq!(
+        c.try_sql_as("app", "INSERT INTO t DEFAULT VALUES RETURNING snowflake_worker_id(id), (snowflake_decode(id)).worker_id").unwrap(),
+        "6|6"
+    );
+    assert!(c
+        .try_sql_as("app", "SELECT * FROM snowflake_node(), snowflake_stats()")
+        .is_ok());
+    let denied = [
+        ("SET snowflake.worker_id = 3", "55P02"),
+        ("SET snowflake.max_clock_drift = '1h'", "55P02"),
+        ("ALTER SYSTEM SET snowflake.worker_id = 3", "42501"),
+        ("SELECT snowflake_set_floor(1)", "42501"),
+        ("SELECT snowflake_adopt('t')", "42501"),
+    ];
+    for (sql, code) in denied {
+        let e = c.try_sql_as("app", sql).expect_err(sql);
+        assert_eq!(e.sqlstate, code, "{sql}: {}", e.raw);
+    }
+    assert_eq!(c.sql("SHOW snowflake.worker_id"), "6");
+}
