@@ -12,6 +12,9 @@ use std::sync::atomic::{AtomicU32, Ordering};
 static COUNTER: AtomicU32 = AtomicU32::new(0);
 
 pub fn bindir() -> PathBuf {
+    if let Some(dir) = std::env::var_os("SNOWFLAKE_TEST_BINDIR") {
+        return PathBuf::from(dir);
+    }
     let pg_config = std::env::var("PG_CONFIG").unwrap_or_else(|_| "/usr/bin/pg_config".into());
     let out = Command::new(pg_config)
         .arg("--bindir")
