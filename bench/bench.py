@@ -24,10 +24,11 @@ PG_CONFIG = os.environ.get("PG_CONFIG", "/usr/lib/postgresql/15/bin/pg_config")
 BIN = subprocess.run([PG_CONFIG, "--bindir"], capture_output=True, text=True, check=True).stdout.strip()
 CALLS = int(os.environ.get("BENCH_CALLS", "3000000"))
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", "7"))
-DURATION = int(os.environ.get("BENCH_DURATION", "10"))
+DURATION = int(os.environ.get("BENCH_DURATION", "5"))
+PGBENCH_ROUNDS = int(os.environ.get("BENCH_PGBENCH_ROUNDS", "3"))
 CLIENTS = [int(c) for c in os.environ.get("BENCH_CLIENTS", "1,2,4,8,16").split(",")]
 PARTS = os.environ.get("BENCH_PARTS", "calls,pgbench,sizes,instructions").split(",")
-VG_CALLS = int(os.environ.get("BENCH_VG_CALLS", "200000"))
+VG_CALLS = int(os.environ.get("BENCH_VG_CALLS", "100000"))
 OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 ROOT = os.geteuid() == 0
 
@@ -135,22 +136,25 @@ def bench_calls(s):
 def bench_pgbench(s):
     for kind, col in KINDS.items():
         s.psql(f"DROP TABLE IF EXISTS t_{kind}; CREATE TABLE t_{kind} ({col}, payload text NOT NULL);")
-    results = {}
+    runs = {}
     for sync in ("on", "off"):
         s.psql(f"ALTER SYSTEM SET synchronous_commit = {sync}; SELECT pg_reload_conf();")
-        for c in CLIENTS:
-            for kind in KINDS:
-                s.psql(f"TRUNCATE t_{kind}; CHECKPOINT;")
-                script = os.path.join(s.dir, f"{kind}.sql")
-                with open(script, "w") as f:
-                    f.write(f"INSERT INTO t_{kind} (payload) VALUES ('payload');\n")
-                r = subprocess.run([f"{BIN}/pgbench", "-n", "-h", s.dir, "-p", str(s.port), "-U", "postgres",
-                                    "-c", str(c), "-j", str(min(c, os.cpu_count() or 1)), "-T", str(DURATION),
-                                    "-f", script, "postgres"], capture_output=True, text=True)
-                m = re.search(r"tps = ([0-9.]+)", r.stdout)
-                tps = float(m.group(1)) if m else 0.0
-                results[(sync, c, kind)] = tps
-                print(f"  synchronous_commit={sync} clients={c:2d} {kind:10s} {tps:10.0f} tps", flush=True)
+        # Rounds interleave the key kinds, so a slow moment of the machine hits all of them.
+        for r in range(PGBENCH_ROUNDS):
+            for c in CLIENTS:
+                for kind in KINDS:
+                    s.psql(f"TRUNCATE t_{kind}; CHECKPOINT;")
+                    script = os.path.join(s.dir, f"{kind}.sql")
+                    with open(script, "w") as f:
+                        f.write(f"INSERT INTO t_{kind} (payload) VALUES ('payload');\n")
+                    r_ = subprocess.run([f"{BIN}/pgbench", "-n", "-h", s.dir, "-p", str(s.port), "-U", "postgres",
+                                         "-c", str(c), "-j", str(min(c, os.cpu_count() or 1)), "-T", str(DURATION),
+                                         "-f", script, "postgres"], capture_output=True, text=True)
+                    m = re.search(r"tps = ([0-9.]+)", r_.stdout)
+                    tps = float(m.group(1)) if m else 0.0
+                    runs.setdefault((sync, c, kind), []).append(tps)
+                    print(f"  round {r + 1} synchronous_commit={sync} clients={c:2d} {kind:10s} {tps:10.0f} tps", flush=True)
+    results = {k: statistics.median(v) for k, v in runs.items()}
     return results
 
 
@@ -173,23 +177,69 @@ def bench_instructions():
                          f"--callgrind-out-file={s.dir}/cg.%p"])
         s.psql("CREATE EXTENSION snowflake; CREATE SEQUENCE seq_cache1 CACHE 1; CREATE SEQUENCE seq_cache1000 CACHE 1000;")
         s.psql("SELECT snowflake_nextval()")  # the lease worker has started and written a lease
-        totals = {}
-        for name, expr in FUNCS:
-            pid = s.psql(f"SELECT pg_backend_pid(); SELECT count({expr}) FROM generate_series(1, {VG_CALLS}) x;").split()[0]
-            path = f"{s.dir}/cg.{pid}"
-            for _ in range(600):
-                if os.path.exists(path) and "totals:" in open(path).read()[-4096:]:
-                    break
-                time.sleep(0.2)
-            m = re.search(r"^(?:totals|summary): (\d+)", open(path).read(), re.M)
-            totals[name] = int(m.group(1))
+        # Each expression runs in two fresh backends, over N and 3N rows: the difference cancels
+        # what a backend costs by itself (connection, catalog look-ups), leaving 2N calls.
+        slope = {}
+        breakdown = {}
+        for name, expr in FUNCS + [("count(*)", "*")]:
+            totals = []
+            for n in (VG_CALLS, 3 * VG_CALLS):
+                path = callgrind_backend(s, f"SELECT count({expr}) FROM generate_series(1, {n}) x;")
+                totals.append(callgrind_total(path))
+                if name == "snowflake_nextval()" and n == VG_CALLS:
+                    small = callgrind_breakdown(path)
+                elif name == "snowflake_nextval()":
+                    big = callgrind_breakdown(path)
+            slope[name] = (totals[1] - totals[0]) / (2 * VG_CALLS)
+            if name == "snowflake_nextval()":
+                breakdown = {k: (big.get(k, 0) - small.get(k, 0)) / (2 * VG_CALLS) for k in big}
         s.stop()
-        floor = totals["bare count(x)"]
-        return {name: (t - floor) / VG_CALLS for name, t in totals.items()}
+        # count(x) deforms the generated row to read x, which the others need not do: the floor
+        # for instructions is count(*), which calls nothing per row.
+        floor = slope["count(*)"]
+        return {name: v - floor for name, v in slope.items()}, breakdown
     finally:
         if s.proc and s.proc.poll() is None:
             s.stop()
         s.cleanup()
+
+
+# Where snowflake_nextval()'s instructions go: the functions on its path, self cost per call.
+BREAKDOWN = [
+    ("snowflake_nextval_wrapper", "the V1 function: clock arithmetic, settings, the Datum"),
+    ("State::next", "the generator policy (counters included)"),
+    ("LWLockAcquire", "PostgreSQL's LWLock, acquire"),
+    ("LWLockRelease", "PostgreSQL's LWLock, release"),
+    ("clock_gettime", "the clock read (libc; the vDSO part is not counted)"),
+]
+
+
+def callgrind_backend(s, sql):
+    """Runs sql in a new backend of the server under callgrind; returns its profile's path."""
+    pid = s.psql(f"SELECT pg_backend_pid(); {sql}").split()[0]
+    path = f"{s.dir}/cg.{pid}"
+    for _ in range(600):
+        if os.path.exists(path) and re.search(r"^(?:totals|summary):", open(path).read(), re.M):
+            return path
+        time.sleep(0.2)
+    raise SystemExit(f"no callgrind profile for backend {pid}")
+
+
+def callgrind_total(path):
+    return int(re.search(r"^(?:totals|summary): (\d+)", open(path).read(), re.M).group(1))
+
+
+def callgrind_breakdown(path):
+    out = subprocess.run(["callgrind_annotate", path], capture_output=True, text=True).stdout
+    found = {}
+    for key, _ in BREAKDOWN:
+        for line in out.splitlines():
+            if key in line:
+                m = re.match(r"\s*([\d,]+)", line)
+                if m:
+                    found[key] = int(m.group(1).replace(",", ""))
+                    break
+    return found
 
 
 def chart(pg, path):
@@ -205,8 +255,9 @@ def chart(pg, path):
             f.write("\n\n")
     plots = ", ".join(f"'{data}' index IDX using 1:{i + 2} with linespoints lw 2 title '{k}'" for i, k in enumerate(KINDS))
     script = f"""
-set terminal pngcairo size 1200,500 font 'sans,10'
+set terminal pngcairo size 1200,500 font 'sans,10' noenhanced
 set output '{path}'
+set xrange [0.9:18]
 set multiplot layout 1,2 title 'pgbench INSERT throughput by key kind (higher is better)'
 set logscale x 2
 set xtics (1,2,4,8,16)
@@ -251,8 +302,8 @@ def main():
             pg = bench_pgbench(s)
             for sync in ("on", "off"):
                 md += [f"## 2. pgbench INSERT, synchronous_commit = {sync}", "",
-                       f"`INSERT INTO t (payload) VALUES ('payload')`, {DURATION} s per cell, table truncated before each. "
-                       "TPS (ratio to bigserial).", "",
+                       f"`INSERT INTO t (payload) VALUES ('payload')`, {DURATION} s per run, table truncated and a checkpoint before "
+                       f"each; median TPS of {PGBENCH_ROUNDS} interleaved rounds (ratio to bigserial).", "",
                        "| clients | " + " | ".join(KINDS) + " |", "|---:|" + "---:|" * len(KINDS)]
                 for c in CLIENTS:
                     base = pg[(sync, c, "bigserial")] or 1
@@ -272,13 +323,19 @@ def main():
         s.cleanup()
     if "instructions" in PARTS:
         print("4. instructions (valgrind) ...", flush=True)
-        ins = bench_instructions()
+        ins, breakdown = bench_instructions()
         md += ["## 4. Instructions per call (callgrind)", "",
-               f"A server under `valgrind --tool=callgrind`; one backend runs `count(f)` over {VG_CALLS} rows, another the bare "
-               "`count(x)`; per call = difference of their instruction totals / calls. Repeatable, unlike times.", "",
+               f"A server under `valgrind --tool=callgrind`; for each f two new backends run `count(f)` over {VG_CALLS} and "
+               f"{3 * VG_CALLS} rows; (difference of their instruction totals) / {2 * VG_CALLS} is the cost per row, and the "
+               "floor of `count(*)` (which evaluates nothing per row) is subtracted. Repeatable, unlike times.", "",
                "| f | instructions per call |", "|---|---:|"]
-        for name, _ in FUNCS[:-1]:
+        for name, _ in FUNCS:
             md.append(f"| `{name}` | {ins[name]:.0f} |")
+        md += ["", "Where `snowflake_nextval()`'s instructions go (self cost per call, from `callgrind_annotate`):", "",
+               "| function | what it is | instructions per call |", "|---|---|---:|"]
+        for key, what in BREAKDOWN:
+            if key in breakdown:
+                md.append(f"| `{key}` | {what} | {breakdown[key]:.0f} |")
         md.append("")
     text = "\n".join(md)
     for name in (f"{today}.md", "latest.md"):

@@ -102,6 +102,9 @@ fn snowflake_stats() -> TableIterator<
 #[pg_extern(volatile, parallel_unsafe)]
 fn snowflake_set_floor(id: i64) {
     require_preload("snowflake_set_floor()");
+    if unsafe { pg_sys::RecoveryInProgress() } {
+        errors::in_recovery("snowflake_set_floor()");
+    }
     let drift = config::max_clock_drift_ms();
     let now = SystemClock.now_unix_ms() - epoch_ms();
     let result = GENERATOR.exclusive().state.ensure_above(id, now, drift);

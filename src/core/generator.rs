@@ -121,7 +121,7 @@ impl State {
             last_ms: 0,
             last_seq: MAX_SEQUENCE,
             lease_ms: u64::MAX,
-            clock_high: i64::MIN,
+            clock_high: -(1 << 62),
             behind: false,
             lease_wanted: false,
             stats: Stats {
@@ -169,6 +169,10 @@ impl State {
     /// clock reads before the epoch). Constant time: never loops, never waits.
     #[inline]
     pub fn next(&mut self, now_ms: i64, node: Node, max_drift_ms: u64) -> Result<Step, GenError> {
+        // Bounding the inputs once lets all arithmetic below be plain i64 without overflow:
+        // timestamps are at most 2^41 + 1, a clock reading beyond ±2^62 ms is nonsense anyway.
+        let now_ms = now_ms.clamp(-(1 << 62), 1 << 62);
+        let max_drift = max_drift_ms.min(1 << 62) as i64;
         self.observe_clock(now_ms);
         let (ms, seq) = if now_ms > self.last_ms as i64 {
             (now_ms as u64, first_sequence(now_ms as u64))
@@ -179,19 +183,19 @@ impl State {
         };
         // How far the candidate timestamp runs ahead of the clock: 0 in the common case, the size
         // of the backward step when the clock went back, one more when a millisecond is borrowed.
-        let lead = (ms as i128 - now_ms as i128).max(0) as u128;
-        if lead > u128::from(max_drift_ms) {
-            let behind = (self.last_ms as i128 - now_ms as i128).max(0) as u128;
-            if behind > u128::from(max_drift_ms) || ms != self.last_ms + 1 {
+        let lead = (ms as i64 - now_ms).max(0);
+        if lead > max_drift {
+            let behind = (self.last_ms as i64 - now_ms).max(0);
+            if behind > max_drift || ms != self.last_ms + 1 {
                 self.stats.errors += 1;
                 return Err(GenError::ClockBehind {
-                    behind_ms: behind.min(u128::from(u64::MAX)) as u64,
+                    behind_ms: behind as u64,
                     max_drift_ms,
                 });
             }
             self.stats.waits += 1;
             return Ok(Step::WaitClock {
-                until_ms: (ms - max_drift_ms) as i64,
+                until_ms: ms as i64 - max_drift,
             });
         }
         if ms > MAX_TIMESTAMP {
@@ -218,7 +222,7 @@ impl State {
             self.clock_high = now_ms;
             self.behind = false;
         } else {
-            let gap = (self.clock_high as i128 - now_ms as i128) as u64;
+            let gap = (self.clock_high - now_ms) as u64;
             if !self.behind {
                 self.behind = true;
                 self.stats.clock_back_events += 1;
@@ -382,6 +386,24 @@ mod tests {
             })
         );
         assert_eq!(s.ensure_above(-1, 0, 10), Err(FloorError::Negative));
+    }
+
+    #[test]
+    fn absurd_clock_readings_are_errors_not_overflows() {
+        let mut s = State::new();
+        issued(&mut s, 1000, u64::MAX);
+        assert!(matches!(
+            s.next(i64::MIN, node(), 10),
+            Err(GenError::ClockBehind { .. })
+        ));
+        assert_eq!(
+            s.next(i64::MAX, node(), 10),
+            Err(GenError::TimestampExhausted)
+        );
+        assert!(matches!(
+            s.next(-1000, node(), u64::MAX),
+            Ok(Step::Issued(_))
+        ));
     }
 
     #[test]

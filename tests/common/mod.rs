@@ -42,6 +42,19 @@ fn as_owner(program: &Path) -> Command {
     }
 }
 
+/// Runs one of PostgreSQL's programs as the cluster owner and insists that it succeeds.
+fn owner_runs(program: &str, args: &[&std::ffi::OsStr]) {
+    let out = as_owner(&bindir().join(program))
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{program} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// An error as psql reports it with VERBOSITY verbose.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PgError {
@@ -95,39 +108,38 @@ impl Cluster {
     pub fn with_preload(name: &str, extra: &str, preload: bool) -> Cluster {
         let (dir, port) = Self::new_dir(name);
         let data = dir.join("data");
-        let out = as_owner(&bindir().join("initdb"))
-            .arg("-D")
-            .arg(&data)
-            .args([
-                "-A",
-                "trust",
-                "-U",
-                "postgres",
-                "--no-sync",
-                "-E",
-                "UTF8",
-                "--locale=C",
-            ])
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "initdb failed: {}",
-            String::from_utf8_lossy(&out.stderr)
+        owner_runs(
+            "initdb",
+            &[
+                "-D".as_ref(),
+                data.as_os_str(),
+                "-A".as_ref(),
+                "trust".as_ref(),
+                "-U".as_ref(),
+                "postgres".as_ref(),
+                "--no-sync".as_ref(),
+                "-E".as_ref(),
+                "UTF8".as_ref(),
+                "--locale=C".as_ref(),
+            ],
         );
-        let mut c = Cluster {
-            dir,
-            data,
-            port,
-            env: HashMap::new(),
-            running: false,
-        };
+        let mut c = Cluster::at(dir, data, port);
         c.conf(&format!(
             "{}\nfsync = off\nmax_connections = 40\nshared_buffers = 64MB\nlog_min_messages = warning\n{}\n{extra}\n",
             c.address_conf(),
             if preload { "shared_preload_libraries = 'snowflake'" } else { "" },
         ));
         c
+    }
+
+    fn at(dir: PathBuf, data: PathBuf, port: u16) -> Cluster {
+        Cluster {
+            dir,
+            data,
+            port,
+            env: HashMap::new(),
+            running: false,
+        }
     }
 
     fn address_conf(&self) -> String {
@@ -142,35 +154,25 @@ impl Cluster {
     pub fn standby_of(primary: &Cluster, name: &str) -> Cluster {
         let (dir, port) = Self::new_dir(name);
         let data = dir.join("data");
-        let out = as_owner(&bindir().join("pg_basebackup"))
-            .arg("-D")
-            .arg(&data)
-            .arg("-h")
-            .arg(&primary.dir)
-            .args([
-                "-p",
-                &primary.port.to_string(),
-                "-U",
-                "postgres",
-                "-R",
-                "-X",
-                "stream",
-                "--no-sync",
-            ])
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "pg_basebackup failed: {}",
-            String::from_utf8_lossy(&out.stderr)
+        let primary_port = primary.port.to_string();
+        owner_runs(
+            "pg_basebackup",
+            &[
+                "-D".as_ref(),
+                data.as_os_str(),
+                "-h".as_ref(),
+                primary.dir.as_os_str(),
+                "-p".as_ref(),
+                primary_port.as_ref(),
+                "-U".as_ref(),
+                "postgres".as_ref(),
+                "-R".as_ref(),
+                "-X".as_ref(),
+                "stream".as_ref(),
+                "--no-sync".as_ref(),
+            ],
         );
-        let mut c = Cluster {
-            dir,
-            data,
-            port,
-            env: HashMap::new(),
-            running: false,
-        };
+        let mut c = Cluster::at(dir, data, port);
         let addr = c.address_conf();
         c.conf(&addr);
         c
