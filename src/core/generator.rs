@@ -167,7 +167,7 @@ impl State {
 
     /// One attempt to issue an ID at clock reading `now_ms` (ms since the epoch; negative when the
     /// clock reads before the epoch). Constant time: never loops, never waits.
-    #[inline]
+    #[inline(always)]
     pub fn next(&mut self, now_ms: i64, node: Node, max_drift_ms: u64) -> Result<Step, GenError> {
         // Bounding the inputs once lets all arithmetic below be plain i64 without overflow:
         // timestamps are at most 2^41 + 1, a clock reading beyond ±2^62 ms is nonsense anyway.
@@ -216,7 +216,7 @@ impl State {
         Ok(Step::Issued(assemble(ms, node, seq)))
     }
 
-    #[inline]
+    #[inline(always)]
     fn observe_clock(&mut self, now_ms: i64) {
         if now_ms >= self.clock_high {
             self.clock_high = now_ms;
