@@ -9,7 +9,7 @@ PGRX_VERSION=0.18.1
 
 sudo_() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
 
-packages=(postgresql-$PG_MAJOR postgresql-server-dev-$PG_MAJOR postgresql-contrib libclang-dev clang
+packages=(postgresql-$PG_MAJOR postgresql-server-dev-$PG_MAJOR libclang-dev clang
           sudo libfaketime valgrind make)
 missing=()
 for p in "${packages[@]}"; do
