@@ -77,7 +77,7 @@ fn adopt_switches_existing_tables_and_keeps_new_ids_above_old_ones() {
     // Writers keep inserting while the table is switched over: none fails.
     let bench = thread::scope(|s| {
         let h = s.spawn(|| {
-            c.pgbench(
+            c.pgbench_ok(
                 "INSERT INTO serial_t (v) VALUES ('during');\n",
                 &["-c", "4", "-j", "2", "-T", "4"],
             )
@@ -86,13 +86,7 @@ fn adopt_switches_existing_tables_and_keeps_new_ids_above_old_ones() {
         let old_max = c.sql_i64("SELECT snowflake_adopt('serial_t')");
         (h.join().unwrap(), old_max)
     });
-    let (out, old_max) = bench;
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(String::from_utf8_lossy(&out.stdout).contains("number of failed transactions: 0"));
+    let (_report, old_max) = bench;
     c.sql("INSERT INTO serial_t (v) VALUES ('after')");
     let check = c.sql(&format!(
         "SELECT count(*) FILTER (WHERE id > {old_max}) > 0, \

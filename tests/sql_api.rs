@@ -228,16 +228,9 @@ fn sixteen_pgbench_clients_insert_320000_rows_without_a_duplicate() {
     let mut c = Cluster::new("pgbench", "max_connections = 40\nsnowflake.worker_id = 3");
     c.start();
     c.sql("CREATE EXTENSION snowflake; CREATE TABLE t (id bigint PRIMARY KEY DEFAULT snowflake_nextval(), v int)");
-    let out = c.pgbench(
+    c.pgbench_ok(
         "INSERT INTO t (v) VALUES (1);\n",
         &["-c", "16", "-j", "2", "-t", "20000"],
-    );
-    let text =
-        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "pgbench failed:\n{text}");
-    assert!(
-        text.contains("number of failed transactions: 0") || !text.contains("failed"),
-        "{text}"
     );
     assert_eq!(c.sql("SELECT count(*), count(DISTINCT id), min(snowflake_worker_id(id)), max(snowflake_worker_id(id)) FROM t"), "320000|320000|3|3");
 }

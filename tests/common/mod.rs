@@ -450,6 +450,19 @@ impl Cluster {
         }
     }
 
+    /// pgbench that must exit cleanly with no failed transaction; returns its report.
+    pub fn pgbench_ok(&self, script: &str, args: &[&str]) -> String {
+        let out = self.pgbench(script, args);
+        let text = String::from_utf8_lossy(&out.stdout).to_string()
+            + &String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "pgbench failed:\n{text}");
+        assert!(
+            text.contains("number of failed transactions: 0 "),
+            "pgbench had failures:\n{text}"
+        );
+        text
+    }
+
     pub fn postmaster_pid(&self) -> i32 {
         fs::read_to_string(self.data.join("postmaster.pid"))
             .unwrap()
