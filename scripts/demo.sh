@@ -32,6 +32,9 @@ SELECT o.id, d.* FROM orders o, snowflake_decode(o.id) d ORDER BY o.id;
 -- A time range on the primary key: the last minute's orders.
 EXPLAIN (COSTS OFF) SELECT * FROM orders WHERE id >= snowflake_min_id(now() - interval '1 minute');
 SELECT count(*) AS orders_last_minute FROM orders WHERE id >= snowflake_min_id(now() - interval '1 minute');
+-- This server's identity, the generator's position and its counters.
+SELECT datacenter_id, worker_id, epoch, last_timestamp, lead_ms, lease_until FROM snowflake_node();
+SELECT ids_issued, borrowed_ms, clock_back_events, errors FROM snowflake_stats();
 -- IDs as text for JSON clients (numbers above 2^53 lose precision in JavaScript).
 SELECT json_build_object('id_str', id::text, 'item', item) FROM orders ORDER BY id LIMIT 1;
 SQL
