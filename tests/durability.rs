@@ -66,6 +66,44 @@ fn crash_and_restart_with_the_clock_set_back() {
 }
 
 #[test]
+fn backend_crash_reinitialises_shared_memory_and_still_never_repeats() {
+    let mut c = Cluster::new(
+        "backend-crash",
+        "snowflake.max_clock_drift = '60s'\nrestart_after_crash = on",
+    );
+    c.fake_time(None);
+    c.start();
+    c.sql(TABLE);
+    c.sql("INSERT INTO t (payload) SELECT 'before' FROM generate_series(1, 50000)");
+    let before = max_id(&c);
+    // Clock back 10 s, then a backend dies by SIGKILL: the postmaster resets shared memory, so
+    // the generator's state is gone and only the persisted lease remains.
+    c.set_fake_offset("-10s");
+    let victim =
+        c.sql_i64("SELECT pid FROM pg_stat_activity WHERE backend_type = 'snowflake lease'");
+    let _ = std::process::Command::new("kill")
+        .args(["-9", &victim.to_string()])
+        .status();
+    c.wait_for(
+        "SELECT count(*) > 0 FROM pg_stat_activity WHERE backend_type = 'snowflake lease'",
+        "t",
+        60,
+    );
+    assert!(
+        c.log().contains("terminated by signal 9"),
+        "no crash happened:\n{}",
+        c.log()
+    );
+    assert_eq!(
+        c.sql("SELECT ids_issued FROM snowflake_stats()"),
+        "0",
+        "shared memory was not reset"
+    );
+    c.sql("INSERT INTO t (payload) SELECT 'after backend crash' FROM generate_series(1, 1000)");
+    assert_all_above(&c, before, "after backend crash");
+}
+
+#[test]
 fn clock_stepped_back_while_clients_insert() {
     let mut c = Cluster::new("step", "snowflake.max_clock_drift = '10s'");
     c.fake_time(None);
