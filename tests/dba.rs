@@ -29,13 +29,13 @@ fn node_and_stats_report_the_generator() {
     );
     assert_eq!(node, "t|t|t|t");
 
-    // A clock stepped back 8 s (seen about 6 s behind its highest reading, after the 1 s
-    // libfaketime cache and our wait) is one event; past the drift it counts errors.
+    // A clock stepped back 8 s (seen about 6 s behind its highest reading, after our 1.5 s
+    // wait, more if the machine is slow) is one event; past the drift it counts errors.
     c.sql("SELECT snowflake_nextval()");
     c.set_fake_offset("-8s");
     thread::sleep(Duration::from_millis(1500));
     c.sql("SELECT snowflake_nextval(); SELECT snowflake_nextval()");
-    let s = c.sql("SELECT clock_back_events, largest_clock_back_ms BETWEEN 5000 AND 8000, errors FROM snowflake_stats()");
+    let s = c.sql("SELECT clock_back_events, largest_clock_back_ms BETWEEN 2000 AND 8000, errors FROM snowflake_stats()");
     assert_eq!(s, "1|t|0");
     c.set_fake_offset("-30s");
     thread::sleep(Duration::from_millis(1500));
