@@ -30,7 +30,7 @@ fn node_and_stats_report_the_generator() {
     assert_eq!(node, "t|t|t|t");
 
     // A clock stepped back 8 s (seen about 6 s behind its highest reading, after our 1.5 s
-    // wait, more if the machine is slow) is one event; past the drift it counts errors.
+    // wait, less if the machine is slow) is one event; past the drift it counts errors.
     c.sql("SELECT snowflake_nextval()");
     c.set_fake_offset("-8s");
     thread::sleep(Duration::from_millis(1500));
