@@ -8,7 +8,7 @@ use std::sync::OnceLock;
 /// One server for the read-only checks of this file (datacenter 17, worker 25).
 fn server() -> &'static Cluster {
     static S: OnceLock<Cluster> = OnceLock::new();
-    S.get_or_init(|| {
+    common::shared_cluster(&S, || {
         let mut c = Cluster::new(
             "api",
             "snowflake.datacenter_id = 17\nsnowflake.worker_id = 25",

@@ -482,6 +482,42 @@ fn result(out: Output) -> Result<String, PgError> {
     }
 }
 
+/// Clusters kept in statics (shared by the tests of one file) are never dropped: they are
+/// stopped and removed when the test process exits.
+static AT_EXIT: std::sync::Mutex<Vec<(PathBuf, PathBuf)>> = std::sync::Mutex::new(Vec::new());
+
+extern "C" fn stop_shared_clusters() {
+    if let Ok(list) = AT_EXIT.lock() {
+        for (dir, data) in list.iter() {
+            let _ = as_owner(&bindir().join("pg_ctl"))
+                .arg("-D")
+                .arg(data)
+                .args(["-w", "-m", "immediate", "stop"])
+                .output();
+            if std::env::var_os("SNOWFLAKE_KEEP_CLUSTERS").is_none() {
+                let _ = fs::remove_dir_all(dir);
+            }
+        }
+    }
+}
+
+/// A cluster shared by the tests of one file, made once by `make` and stopped at exit.
+pub fn shared_cluster(
+    cell: &'static std::sync::OnceLock<Cluster>,
+    make: impl FnOnce() -> Cluster,
+) -> &'static Cluster {
+    cell.get_or_init(|| {
+        let c = make();
+        let mut list = AT_EXIT.lock().unwrap();
+        if list.is_empty() {
+            // SAFETY: registering a plain extern "C" function with no captured state.
+            unsafe { libc::atexit(stop_shared_clusters) };
+        }
+        list.push((c.dir.clone(), c.data.clone()));
+        c
+    })
+}
+
 impl Drop for Cluster {
     fn drop(&mut self) {
         if self.running {
