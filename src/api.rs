@@ -3,9 +3,9 @@
 use crate::config::{self, epoch_ms};
 use crate::core::generator::{issue, GenError, IssueError, Step};
 use crate::core::layout::{self, decompose};
-use crate::core::time::{pg_timestamp_to_unix_ms, unix_ms_to_pg_timestamp, Clock, SystemClock};
+use crate::core::time::{pg_timestamp_to_unix_ms, unix_ms_to_pg_timestamp};
 use crate::errors;
-use crate::shmem::{self, GENERATOR};
+use crate::shmem;
 use pgrx::prelude::*;
 
 /// How long a call waits for the lease worker before giving up with an error.
@@ -58,17 +58,15 @@ unsafe extern "C-unwind" fn nextval_slow(first: &Option<Result<Step, GenError>>)
         errors::in_recovery("snowflake_nextval()");
     }
     shmem::enable_hot_path();
-    let node = config::node();
-    let epoch = epoch_ms();
-    let drift = config::max_clock_drift_ms();
     let mut pending = *first;
     let mut lease_deadline = None;
     let result = issue(
+        // The common path's own attempt, now that it is enabled.
         || {
-            pending.take().unwrap_or_else(|| {
-                let now = SystemClock.now_unix_ms() - epoch;
-                GENERATOR.exclusive().state.next(now, node, drift)
-            })
+            pending
+                .take()
+                .or_else(|| unsafe { shmem::hot_attempt() })
+                .expect("hot path enabled above")
         },
         // Waits happen with the lock released, and stay interruptible.
         |step| {
