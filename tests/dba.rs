@@ -132,9 +132,10 @@ fn adopt_switches_existing_tables_and_keeps_new_ids_above_old_ones() {
     );
 }
 
-/// Everything an extension's functions are, as the catalog says: for comparing installs.
-const CATALOG: &str = "SELECT string_agg(format('%s %s %s %s %s %s %s %s', p.oid::regprocedure, p.provolatile, p.proisstrict, \
-     p.proparallel, p.prosecdef, pg_get_function_result(p.oid), md5(p.prosrc), p.proacl), E'\\n' ORDER BY p.oid::regprocedure::text) \
+/// Everything an extension's functions are, as the catalog says (comments included): for
+/// comparing installs.
+const CATALOG: &str = "SELECT string_agg(format('%s %s %s %s %s %s %s %s %s', p.oid::regprocedure, p.provolatile, p.proisstrict, \
+     p.proparallel, p.prosecdef, pg_get_function_result(p.oid), md5(p.prosrc), p.proacl, obj_description(p.oid, 'pg_proc')), E'\\n' ORDER BY p.oid::regprocedure::text) \
      FROM pg_proc p JOIN pg_depend d ON d.classid = 'pg_proc'::regclass AND d.objid = p.oid AND d.deptype = 'e' \
      JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'snowflake'";
 
