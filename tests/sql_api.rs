@@ -256,10 +256,21 @@ fn parallel_workers_share_the_one_generator() {
     );
     c.start();
     c.sql("CREATE EXTENSION snowflake; CREATE TABLE src AS SELECT g FROM generate_series(1, 400000) g; ANALYZE src");
-    let out = c.sql(
-        "SET parallel_setup_cost = 0; SET parallel_tuple_cost = 0; SET min_parallel_table_scan_size = 0; \
-         CREATE TABLE ids AS SELECT snowflake_nextval() AS id FROM src; \
-         SELECT count(*), count(DISTINCT id) FROM ids",
+    // The IDs really come from parallel workers as well as the leader.
+    let plan = c
+        .script(
+            "SET parallel_setup_cost = 0; SET parallel_tuple_cost = 0; SET min_parallel_table_scan_size = 0;\n\
+             EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) CREATE TABLE ids AS SELECT snowflake_nextval() AS id FROM src;",
+        )
+        .unwrap();
+    let launched: u32 = plan
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("Workers Launched: "))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("not a parallel plan:\n{plan}"));
+    assert!(launched > 0, "no parallel worker ran:\n{plan}");
+    assert_eq!(
+        c.sql("SELECT count(*), count(DISTINCT id) FROM ids"),
+        "400000|400000"
     );
-    assert_eq!(out, "400000|400000");
 }
