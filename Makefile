@@ -1,42 +1,87 @@
 # snowflake: the two commands are `make demo` and `make test`.
-PG_MAJOR   ?= 15
-PG_CONFIG  ?= /usr/lib/postgresql/$(PG_MAJOR)/bin/pg_config
-export PG_CONFIG PG_MAJOR
+#
+# Every target takes the PostgreSQL major as a parameter: `make install PG_MAJOR=18`. Without it,
+# `make test` runs the whole suite on every major below; the other targets use 15.
+MAJORS   := 15 16 18
+PG_MAJOR ?= 15
+# `make test` with PG_MAJOR given (on the command line or in the environment) tests that major.
+TEST_MAJORS := $(if $(filter command line environment,$(origin PG_MAJOR)),$(PG_MAJOR),$(MAJORS))
+# The major's pg_config, found or installed by scripts/pg.sh (expanded only where it is used).
+PG_CONFIG ?= $(shell scripts/pg.sh $(PG_MAJOR))
+# The pg_upgrade test upgrades from this major to the one under test.
+UPGRADE_FROM := 15
+FEATURES := --no-default-features --features pg$(PG_MAJOR)
+VERSION  := $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: deps install demo test unit sql lint bench package clean
+.PHONY: deps install pg-config demo test test-major unit upgrade-source lint check-other-majors \
+        bench package clean
 
 deps:
-	@scripts/deps.sh
+	@PG_MAJOR=$(PG_MAJOR) scripts/deps.sh
 
-# Release build, installed into the PostgreSQL found by $(PG_CONFIG).
+# The path of this major's pg_config and nothing else: `make -s pg-config PG_MAJOR=18`.
+pg-config:
+	@echo $(PG_CONFIG)
+
+# Release build, installed into the server of $(PG_CONFIG).
 # The scripts under sql/ (the frozen first release and the upgrade scripts) go beside the
 # current version's script that cargo pgrx generates.
 install: deps
-	$(SUDO) env PATH="$$PATH" HOME="$$HOME" cargo pgrx install --release --pg-config $(PG_CONFIG)
+	$(SUDO) env PATH="$$PATH" HOME="$$HOME" cargo pgrx install --release --pg-config $(PG_CONFIG) $(FEATURES)
 	$(SUDO) install -m 644 sql/snowflake--*.sql "$$($(PG_CONFIG) --sharedir)/extension/"
 
 # An installable .deb under target/ (no Rust needed where it is installed).
 package: deps
-	@scripts/package.sh
+	@PG_MAJOR=$(PG_MAJOR) PG_CONFIG=$(PG_CONFIG) scripts/package.sh
 
 # A benchmark, not a test: prints and writes bench/results/, never fails on a time.
 bench: install
 	@command -v gnuplot >/dev/null || $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq gnuplot-nox >/dev/null
-	python3 bench/bench.py
+	PG_MAJOR=$(PG_MAJOR) PG_CONFIG=$(PG_CONFIG) python3 bench/bench.py
 
 demo: install
-	@scripts/demo.sh
+	@PG_CONFIG=$(PG_CONFIG) scripts/demo.sh
 
-# Every test: the pure core (unit + property + multi-threaded stress tests), then SQL tests
-# against real clusters that the tests start and stop themselves.
-test: install package
+# Every test: the pure core (unit + property + multi-threaded stress tests) once, then, for each
+# major, the SQL tests against real clusters that the tests start and stop themselves, and a
+# compile check of the majors that have no server here.
+test: unit
+	@for m in $(TEST_MAJORS); do $(MAKE) --no-print-directory test-major PG_MAJOR=$$m || exit 1; done
+	@$(MAKE) --no-print-directory check-other-majors
+
+unit: deps
 	cargo test --lib
-	cargo test --test '*' -- --test-threads=2
 
+# The test binaries are built once (they drive servers through psql and pgbench, so they do not
+# depend on the major); PG_CONFIG tells them which server to run.
+test-major: install package upgrade-source
+	@echo "== the SQL suite on PostgreSQL $(PG_MAJOR) ($(PG_CONFIG))"
+	PG_CONFIG=$(PG_CONFIG) SNOWFLAKE_PG_MAJOR=$(PG_MAJOR) \
+	  SNOWFLAKE_UPGRADE_FROM_PG_CONFIG=$$(scripts/pg.sh $(UPGRADE_FROM)) \
+	  cargo test --test '*' -- --test-threads=2
+
+# The pg_upgrade test needs the extension in the old major's server too: build it there unless
+# this version is installed already.
+upgrade-source:
+	@old=$$(scripts/pg.sh $(UPGRADE_FROM)); \
+	if [ ! -f "$$($$old --pkglibdir)/snowflake.so" ] || \
+	   [ ! -f "$$($$old --sharedir)/extension/snowflake--$(VERSION).sql" ]; then \
+	  $(MAKE) --no-print-directory install PG_MAJOR=$(UPGRADE_FROM); fi
+
+# 14 and 17: no server with headers can be installed here, so their builds are checked against
+# the bindings that pgrx-pg-sys ships pre-generated (see scripts/check-major.sh).
+check-other-majors:
+	scripts/check-major.sh 14
+	scripts/check-major.sh 17
+
+# Clippy sees each major's cfg branches only in that major's build.
 lint:
 	cargo fmt --check
 	cargo clippy --all-targets -- -D warnings
+	@for m in $(filter-out 15,$(MAJORS)); do \
+	  echo "cargo clippy --lib --no-default-features --features pg$$m -- -D warnings"; \
+	  cargo clippy --quiet --lib --no-default-features --features pg$$m -- -D warnings || exit 1; done
 
 clean:
 	cargo clean

@@ -1,21 +1,28 @@
 #!/usr/bin/env bash
-# make package: a .deb that installs snowflake into Debian's PostgreSQL without a Rust
-# toolchain. Built from `cargo pgrx package` plus the scripts under sql/ (first release and
-# upgrades), so ALTER EXTENSION ... UPDATE works from an installed package too.
+# make package: a .deb that installs snowflake into Debian's (or PGDG's) postgresql-NN without a
+# Rust toolchain. Built from `cargo pgrx package` for that major plus the scripts under sql/ (first
+# release and upgrades), so ALTER EXTENSION ... UPDATE works from an installed package too.
+#
+# The files go where Debian's postgresql-NN looks for them, whatever server it was built against
+# (the 16 and 18 here come from a relocatable build): the ABI of a major does not depend on where
+# it is installed, only on its compile-time settings, which pgrx checks in the magic block.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PG_MAJOR=${PG_MAJOR:-15}
-PG_CONFIG=${PG_CONFIG:-/usr/lib/postgresql/$PG_MAJOR/bin/pg_config}
+PG_CONFIG=${PG_CONFIG:-$(scripts/pg.sh "$PG_MAJOR")}
 VERSION=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
 ARCH=$(dpkg --print-architecture)
 NAME=postgresql-$PG_MAJOR-snowflake
 
-cargo pgrx package --pg-config "$PG_CONFIG" >/dev/null
+cargo pgrx package --pg-config "$PG_CONFIG" --no-default-features --features "pg$PG_MAJOR" >/dev/null
 tree=target/release/snowflake-pg$PG_MAJOR
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
-cp -a "$tree/." "$stage/"
-extdir="$stage$("$PG_CONFIG" --sharedir)/extension"
+libdir=$stage/usr/lib/postgresql/$PG_MAJOR/lib
+extdir=$stage/usr/share/postgresql/$PG_MAJOR/extension
+mkdir -p "$libdir" "$extdir"
+install -m 644 "$tree$("$PG_CONFIG" --pkglibdir)/snowflake.so" "$libdir/"
+install -m 644 "$tree$("$PG_CONFIG" --sharedir)"/extension/snowflake* "$extdir/"
 install -m 644 sql/snowflake--*.sql "$extdir/"
 mkdir -p "$stage/usr/share/doc/$NAME"
 install -m 644 README.md "$stage/usr/share/doc/$NAME/"

@@ -145,15 +145,15 @@ fn check_epoch(level: PgLogLevel) -> i64 {
     unreachable!("FATAL and ERROR do not return")
 }
 
-pub fn init() {
-    let preloading = unsafe { pg_sys::process_shared_preload_libraries_in_progress };
-    if !preloading {
-        // Loaded by one backend (CREATE EXTENSION without preload): the pure functions still
-        // work with the configured epoch; the generator refuses with a clear error.
-        EPOCH_MS.store(check_epoch(PgLogLevel::ERROR), Ordering::Relaxed);
-        return;
-    }
+/// Settings of a library loaded by one backend only (CREATE EXTENSION without preload): the pure
+/// functions still work with the configured epoch; the generator refuses with a clear error.
+pub fn init_unpreloaded() {
+    EPOCH_MS.store(check_epoch(PgLogLevel::ERROR), Ordering::Relaxed);
+}
 
+/// Checks and defines every setting, in the postmaster while shared_preload_libraries is being
+/// processed. A bad value stops the server here, before anything else is set up.
+pub fn init_preloaded() {
     let datacenter =
         check_int(c"snowflake.datacenter_id", 0, MAX_DATACENTER.into(), &[]).unwrap_or(0);
     let worker = check_int(c"snowflake.worker_id", 0, MAX_WORKER.into(), &[]).unwrap_or(0);
@@ -164,7 +164,6 @@ pub fn init() {
         TIME_UNITS,
     );
     let epoch = check_epoch(PgLogLevel::FATAL);
-
     GucRegistry::define_int_guc(
         c"snowflake.datacenter_id",
         c"Datacenter ID (0..31) written into every snowflake ID this server generates.",
@@ -211,11 +210,13 @@ pub fn init() {
         GucContext::Postmaster,
         GucFlags::default(),
     );
-    #[cfg(any(feature = "pg13", feature = "pg14"))]
+    // Any other snowflake.* name is a typo: 15 renamed the call that says so and made it
+    // remove the placeholder as well.
+    #[cfg(feature = "pg14")]
     unsafe {
         pg_sys::EmitWarningsOnPlaceholders(c"snowflake".as_ptr())
     };
-    #[cfg(not(any(feature = "pg13", feature = "pg14")))]
+    #[cfg(not(feature = "pg14"))]
     unsafe {
         pg_sys::MarkGUCPrefixReserved(c"snowflake".as_ptr())
     };
@@ -223,8 +224,6 @@ pub fn init() {
     EPOCH_MS.store(epoch, Ordering::Relaxed);
     let node = Node::new(datacenter, worker).expect("checked above");
     NODE_BITS.store(node.bits(), Ordering::Relaxed);
-    crate::shmem::init();
-    crate::lease::register();
     PRELOADED.store(true, Ordering::Relaxed);
 }
 

@@ -12,11 +12,46 @@ mod lease;
 mod shmem;
 mod status;
 
-::pgrx::pg_module_magic!(name, version);
+// The magic block says which server the library was built for. From PostgreSQL 18 it also
+// carries a name and a version that `pg_get_loaded_modules()` shows. pgrx 0.18.1's bare
+// `version` key stores the version in the name field, so both are given explicitly.
+::pgrx::pg_module_magic!(name = c"snowflake", version = env_cstr::VERSION);
+
+mod env_cstr {
+    use std::ffi::CStr;
+
+    const RAW: &str = env!("CARGO_PKG_VERSION");
+    const BYTES: [u8; RAW.len() + 1] = {
+        let mut buf = [0u8; RAW.len() + 1];
+        let mut i = 0;
+        while i < RAW.len() {
+            buf[i] = RAW.as_bytes()[i];
+            i += 1;
+        }
+        buf
+    };
+    /// The crate's version (which is the extension's) as a C string, at compile time.
+    pub const VERSION: &CStr = match CStr::from_bytes_with_nul(&BYTES) {
+        Ok(s) => s,
+        Err(_) => panic!("CARGO_PKG_VERSION has a NUL byte"),
+    };
+}
 
 /// Runs when the library is loaded: in the postmaster when it is in `shared_preload_libraries`
-/// (settings, shared memory), otherwise in the one backend that loads it (pure functions only).
+/// (settings, shared memory, the lease worker), otherwise in the one backend that loads it (pure
+/// functions only).
 #[pgrx::pg_guard]
 pub extern "C-unwind" fn _PG_init() {
-    config::init();
+    if !unsafe { pgrx::pg_sys::process_shared_preload_libraries_in_progress } {
+        config::init_unpreloaded();
+        return;
+    }
+    config::init_preloaded();
+    shmem::init();
+    // pg_upgrade runs the new server in binary-upgrade mode and then restores the old cluster's
+    // schema, `_snowflake` and its lease included: a worker creating them first would make the
+    // restore fail, and no ID is generated during an upgrade anyway.
+    if !unsafe { pgrx::pg_sys::IsBinaryUpgrade } {
+        lease::register();
+    }
 }

@@ -147,6 +147,21 @@ fn bad_input_gets_a_clear_error_with_its_sqlstate() {
 }
 
 #[test]
+fn the_loaded_module_names_itself_and_its_version() {
+    let c = server();
+    if common::pg_major() >= 18 {
+        assert_eq!(
+            c.sql("SELECT module_name, version FROM pg_get_loaded_modules() WHERE file_name = 'snowflake.so'"),
+            format!("snowflake|{}", env!("CARGO_PKG_VERSION"))
+        );
+    } else {
+        // Before 18 a magic block has no name or version, and nothing lists loaded modules.
+        let e = c.sql_err("SELECT * FROM pg_get_loaded_modules()");
+        assert_eq!(e.sqlstate, "42883", "{}", e.raw);
+    }
+}
+
+#[test]
 fn custom_epoch_is_used_by_every_function() {
     let mut c = Cluster::new("epoch", "snowflake.epoch = '2015-01-01 00:00:00+00'");
     c.start();

@@ -11,16 +11,44 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 static COUNTER: AtomicU32 = AtomicU32::new(0);
 
+/// The pg_config of the server under test (`make test-major` sets PG_CONFIG).
+fn pg_config_path() -> String {
+    std::env::var("PG_CONFIG").unwrap_or_else(|_| "/usr/bin/pg_config".into())
+}
+
+/// One answer of the server's pg_config, e.g. `pg_config("--sharedir")`.
+pub fn pg_config(arg: &str) -> String {
+    pg_config_of(&pg_config_path(), arg)
+}
+
+pub fn pg_config_of(pg_config: &str, arg: &str) -> String {
+    let out = Command::new(pg_config)
+        .arg(arg)
+        .output()
+        .unwrap_or_else(|e| panic!("{pg_config} does not run: {e}"));
+    assert!(out.status.success(), "{pg_config} {arg} failed");
+    String::from_utf8(out.stdout).unwrap().trim().to_string()
+}
+
+/// The major version of the server under test ("PostgreSQL 16.14" -> 16).
+pub fn pg_major() -> u32 {
+    major_of(&pg_config("--version"))
+}
+
+pub fn major_of(version: &str) -> u32 {
+    version
+        .trim_start_matches("PostgreSQL ")
+        .split(|c: char| !c.is_ascii_digit())
+        .next()
+        .and_then(|m| m.parse().ok())
+        .unwrap_or_else(|| panic!("not a PostgreSQL version: {version}"))
+}
+
 pub fn bindir() -> PathBuf {
     if let Some(dir) = std::env::var_os("SNOWFLAKE_TEST_BINDIR") {
         return PathBuf::from(dir);
     }
-    let pg_config = std::env::var("PG_CONFIG").unwrap_or_else(|_| "/usr/bin/pg_config".into());
-    let out = Command::new(pg_config)
-        .arg("--bindir")
-        .output()
-        .expect("pg_config runs");
-    PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
+    PathBuf::from(pg_config("--bindir"))
 }
 
 fn is_root() -> bool {
@@ -32,7 +60,7 @@ fn is_root() -> bool {
 }
 
 /// A command run as the cluster's owner.
-fn as_owner(program: &Path) -> Command {
+pub fn as_owner(program: &Path) -> Command {
     if is_root() {
         let mut c = Command::new("runuser");
         c.args(["-u", "postgres", "--"]).arg(program);
@@ -43,14 +71,12 @@ fn as_owner(program: &Path) -> Command {
 }
 
 /// Runs one of PostgreSQL's programs as the cluster owner and insists that it succeeds.
-fn owner_runs(program: &str, args: &[&std::ffi::OsStr]) {
-    let out = as_owner(&bindir().join(program))
-        .args(args)
-        .output()
-        .unwrap();
+fn owner_runs(program: &Path, args: &[&std::ffi::OsStr]) {
+    let out = as_owner(program).args(args).output().unwrap();
     assert!(
         out.status.success(),
-        "{program} failed: {}",
+        "{} failed: {}",
+        program.display(),
         String::from_utf8_lossy(&out.stderr)
     );
 }
@@ -92,6 +118,8 @@ pub fn parse_error(stderr: &str) -> PgError {
 }
 
 pub struct Cluster {
+    /// The server's programs: the major under test unless made with `Cluster::of`.
+    pub bin: PathBuf,
     pub dir: PathBuf,
     pub data: PathBuf,
     pub port: u16,
@@ -106,24 +134,49 @@ impl Cluster {
     }
 
     pub fn with_preload(name: &str, extra: &str, preload: bool) -> Cluster {
+        Self::of(&bindir(), name, extra, preload)
+    }
+
+    /// A new cluster of the server whose programs are in `bin`.
+    pub fn of(bin: &Path, name: &str, extra: &str, preload: bool) -> Cluster {
         let (dir, port) = Self::new_dir(name);
         let data = dir.join("data");
+        // 18's initdb enables data checksums by default, earlier ones do not; pg_upgrade needs
+        // both sides alike, so every cluster here is made without them.
+        let version = String::from_utf8(
+            Command::new(bin.join("initdb"))
+                .arg("--version")
+                .output()
+                .unwrap()
+                .stdout,
+        )
+        .unwrap();
+        let checksums: &[&std::ffi::OsStr] =
+            if major_of(version.trim_start_matches("initdb (PostgreSQL) ")) >= 18 {
+                &["--no-data-checksums".as_ref()]
+            } else {
+                &[]
+            };
         owner_runs(
-            "initdb",
+            &bin.join("initdb"),
             &[
-                "-D".as_ref(),
-                data.as_os_str(),
-                "-A".as_ref(),
-                "trust".as_ref(),
-                "-U".as_ref(),
-                "postgres".as_ref(),
-                "--no-sync".as_ref(),
-                "-E".as_ref(),
-                "UTF8".as_ref(),
-                "--locale=C".as_ref(),
-            ],
+                checksums,
+                &[
+                    "-D".as_ref(),
+                    data.as_os_str(),
+                    "-A".as_ref(),
+                    "trust".as_ref(),
+                    "-U".as_ref(),
+                    "postgres".as_ref(),
+                    "--no-sync".as_ref(),
+                    "-E".as_ref(),
+                    "UTF8".as_ref(),
+                    "--locale=C".as_ref(),
+                ],
+            ]
+            .concat(),
         );
-        let mut c = Cluster::at(dir, data, port);
+        let mut c = Cluster::at(bin, dir, data, port);
         c.conf(&format!(
             "{}\nfsync = off\nmax_connections = 40\nshared_buffers = 64MB\nlog_min_messages = warning\n{}\n{extra}\n",
             c.address_conf(),
@@ -132,8 +185,22 @@ impl Cluster {
         c
     }
 
-    fn at(dir: PathBuf, data: PathBuf, port: u16) -> Cluster {
+    /// A cluster directory with no data directory yet, for a tool that makes one (pg_upgrade).
+    pub fn empty(bin: &Path, name: &str) -> Cluster {
+        let (dir, port) = Self::new_dir(name);
+        let data = dir.join("data");
+        Cluster::at(bin, dir, data, port)
+    }
+
+    /// Adds this cluster's own port and socket directory to postgresql.conf.
+    pub fn conf_address(&mut self) {
+        let addr = self.address_conf();
+        self.conf(&addr);
+    }
+
+    fn at(bin: &Path, dir: PathBuf, data: PathBuf, port: u16) -> Cluster {
         Cluster {
+            bin: bin.to_path_buf(),
             dir,
             data,
             port,
@@ -156,7 +223,7 @@ impl Cluster {
         let data = dir.join("data");
         let primary_port = primary.port.to_string();
         owner_runs(
-            "pg_basebackup",
+            &primary.bin.join("pg_basebackup"),
             &[
                 "-D".as_ref(),
                 data.as_os_str(),
@@ -172,7 +239,7 @@ impl Cluster {
                 "--no-sync".as_ref(),
             ],
         );
-        let mut c = Cluster::at(dir, data, port);
+        let mut c = Cluster::at(&primary.bin, dir, data, port);
         let addr = c.address_conf();
         c.conf(&addr);
         c
@@ -266,7 +333,7 @@ impl Cluster {
     }
 
     fn pg_ctl(&self) -> Command {
-        let mut c = as_owner(&bindir().join("pg_ctl"));
+        let mut c = as_owner(&self.bin.join("pg_ctl"));
         c.arg("-D").arg(&self.data);
         c
     }
@@ -287,7 +354,7 @@ impl Cluster {
             for (k, v) in &self.env {
                 c.arg(format!("{k}={v}"));
             }
-            c.arg(bindir().join("pg_ctl")).arg("-D").arg(&self.data);
+            c.arg(self.bin.join("pg_ctl")).arg("-D").arg(&self.data);
             c
         };
         let out = cmd
@@ -331,7 +398,7 @@ impl Cluster {
     }
 
     pub fn psql_cmd_as(&self, user: &str, db: &str) -> Command {
-        let mut c = Command::new(bindir().join("psql"));
+        let mut c = Command::new(self.bin.join("psql"));
         c.args([
             "-X",
             "-q",
@@ -413,7 +480,7 @@ impl Cluster {
             COUNTER.fetch_add(1, Ordering::SeqCst)
         ));
         fs::write(&path, script).unwrap();
-        Command::new(bindir().join("pgbench"))
+        Command::new(self.bin.join("pgbench"))
             .args(["-n", "-h"])
             .arg(&self.dir)
             .args(["-p", &self.port.to_string(), "-U", "postgres"])
@@ -484,12 +551,13 @@ fn result(out: Output) -> Result<String, PgError> {
 
 /// Clusters kept in statics (shared by the tests of one file) are never dropped: they are
 /// stopped and removed when the test process exits.
-static AT_EXIT: std::sync::Mutex<Vec<(PathBuf, PathBuf)>> = std::sync::Mutex::new(Vec::new());
+static AT_EXIT: std::sync::Mutex<Vec<(PathBuf, PathBuf, PathBuf)>> =
+    std::sync::Mutex::new(Vec::new());
 
 extern "C" fn stop_shared_clusters() {
     if let Ok(list) = AT_EXIT.lock() {
-        for (dir, data) in list.iter() {
-            let _ = as_owner(&bindir().join("pg_ctl"))
+        for (bin, dir, data) in list.iter() {
+            let _ = as_owner(&bin.join("pg_ctl"))
                 .arg("-D")
                 .arg(data)
                 .args(["-w", "-m", "immediate", "stop"])
@@ -513,7 +581,7 @@ pub fn shared_cluster(
             // SAFETY: registering a plain extern "C" function with no captured state.
             unsafe { libc::atexit(stop_shared_clusters) };
         }
-        list.push((c.dir.clone(), c.data.clone()));
+        list.push((c.bin.clone(), c.dir.clone(), c.data.clone()));
         c
     })
 }
@@ -530,4 +598,24 @@ impl Drop for Cluster {
             let _ = fs::remove_dir_all(&self.dir);
         }
     }
+}
+
+/// The shell block that follows `<!-- recipe: NAME -->` in README.md, exactly as a user reads it.
+pub fn readme_recipe(name: &str) -> String {
+    let readme =
+        fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md")).unwrap();
+    // `<!-- recipe: NAME -->` or `<!-- recipe: NAME (a note) -->`
+    let marker = format!("<!-- recipe: {name} ");
+    let after = readme
+        .split_once(&marker)
+        .unwrap_or_else(|| panic!("README.md has no {marker}"))
+        .1;
+    let body = after
+        .split_once("```sh\n")
+        .expect("a ```sh block after the marker")
+        .1;
+    body.split_once("\n```")
+        .expect("the block ends")
+        .0
+        .to_string()
 }
