@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs what building and testing snowflake needs, only where it is missing: the PostgreSQL
 # servers with their headers (15 always, since `cargo test` builds the crate for it, and
-# $PG_MAJOR; see scripts/pg.sh for where they come from), clang for bindgen, libfaketime,
-# valgrind, and cargo-pgrx 0.18.1 (the last release that builds with Rust 1.95).
+# $PG_MAJOR; see scripts/pg.sh for where they come from), pg_partman where apt has it, clang for
+# bindgen, libfaketime, valgrind, and cargo-pgrx 0.18.1 (the last release that builds with
+# Rust 1.95).
 # Safe to run again; quiet when there is nothing to do.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -24,6 +25,18 @@ fi
 
 scripts/pg.sh 15 >/dev/null
 scripts/pg.sh "$PG_MAJOR" >/dev/null
+
+# pg_partman, for the partitioning recipe's test, where the distribution packages it for the major
+# (Debian 12: 4.7 for 15; the PyPI servers have none).
+for m in $(printf '%s\n' 15 "$PG_MAJOR" | sort -u); do
+  p=postgresql-$m-partman
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" && continue
+  candidate=$(apt-cache policy "$p" 2>/dev/null | sed -n 's/^ *Candidate: //p')
+  if [ -n "$candidate" ] && [ "$candidate" != "(none)" ]; then
+    echo "deps: installing $p"
+    sudo_ env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$p" >/dev/null
+  fi
+done
 
 if ! cargo pgrx --version 2>/dev/null | grep -q "$PGRX_VERSION"; then
   echo "deps: installing cargo-pgrx $PGRX_VERSION (a few minutes)"

@@ -105,7 +105,7 @@ fn unix_ms(ts: TimestampWithTimeZone) -> i64 {
 
 /// When the ID was generated (to the millisecond), by this server's `snowflake.epoch`.
 #[pg_extern(immutable, parallel_safe)]
-fn snowflake_timestamp(id: i64) -> TimestampWithTimeZone {
+pub(crate) fn snowflake_timestamp(id: i64) -> TimestampWithTimeZone {
     let ms = parts(id).ms as i64 + epoch_ms();
     TimestampWithTimeZone::try_from(unix_ms_to_pg_timestamp(ms))
         .expect("every 41-bit ms is a valid timestamp")
@@ -129,7 +129,7 @@ fn snowflake_sequence(id: i64) -> i32 {
 /// The smallest ID that can carry the millisecond of `ts`: `id >= snowflake_min_id(ts)` selects
 /// every ID generated at or after it, as a primary-key range.
 #[pg_extern(immutable, parallel_safe)]
-fn snowflake_min_id(ts: TimestampWithTimeZone) -> i64 {
+pub(crate) fn snowflake_min_id(ts: TimestampWithTimeZone) -> i64 {
     layout::min_id(unix_ms(ts), epoch_ms()).unwrap_or_else(|e| errors::layout(e, epoch_ms()))
 }
 

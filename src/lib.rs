@@ -9,6 +9,7 @@ mod api;
 mod config;
 mod errors;
 mod lease;
+mod partitions;
 mod shmem;
 mod status;
 

@@ -139,55 +139,50 @@ const CATALOG: &str = "SELECT string_agg(format('%s %s %s %s %s %s %s %s %s', p.
      FROM pg_proc p JOIN pg_depend d ON d.classid = 'pg_proc'::regclass AND d.objid = p.oid AND d.deptype = 'e' \
      JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'snowflake'";
 
+/// Every released version, each with a query that must fail there because a later one adds it.
+const RELEASES: [(&str, &str); 2] = [
+    ("1.0.0", "SELECT * FROM snowflake_stats()"),
+    ("1.1.0", "SELECT * FROM snowflake_partitions('pg_class')"),
+];
+
 #[test]
-fn upgrade_from_the_first_release_matches_a_fresh_install() {
+fn upgrade_from_every_release_matches_a_fresh_install() {
     let mut c = Cluster::new("upgrade", "");
     c.start();
     c.sql("CREATE DATABASE fresh");
-    c.sql("CREATE DATABASE old");
-    c.try_sql_in("old", "CREATE EXTENSION snowflake VERSION '1.0.0'; CREATE TABLE t (id bigint PRIMARY KEY DEFAULT snowflake_nextval()); INSERT INTO t DEFAULT VALUES").unwrap();
-    assert_eq!(
-        c.try_sql_in(
-            "old",
-            "SELECT extversion FROM pg_extension WHERE extname = 'snowflake'"
-        )
-        .unwrap(),
-        "1.0.0"
-    );
-    assert!(
-        c.try_sql_in("old", "SELECT * FROM snowflake_stats()")
-            .is_err(),
-        "1.0.0 has no snowflake_stats()"
-    );
-    c.try_sql_in("old", "ALTER EXTENSION snowflake UPDATE")
-        .unwrap();
     c.try_sql_in("fresh", "CREATE EXTENSION snowflake").unwrap();
-    let version = c
-        .try_sql_in(
-            "old",
-            "SELECT extversion FROM pg_extension WHERE extname = 'snowflake'",
-        )
-        .unwrap();
+    let version = "SELECT extversion FROM pg_extension WHERE extname = 'snowflake'";
     assert_eq!(
-        version,
-        c.try_sql_in(
-            "fresh",
-            "SELECT extversion FROM pg_extension WHERE extname = 'snowflake'"
-        )
-        .unwrap()
+        c.try_sql_in("fresh", version).unwrap(),
+        env!("CARGO_PKG_VERSION")
     );
-    assert_ne!(version, "1.0.0");
-    let upgraded = c.try_sql_in("old", CATALOG).unwrap();
     let fresh = c.try_sql_in("fresh", CATALOG).unwrap();
-    assert_eq!(
-        upgraded, fresh,
-        "an upgraded install differs from a fresh one"
-    );
-    // The upgraded extension works, with the table made before the upgrade.
-    let out = c
-        .try_sql_in("old", "INSERT INTO t DEFAULT VALUES; SELECT count(*), (SELECT ids_issued >= 2 FROM snowflake_stats()) FROM t")
-        .unwrap();
-    assert_eq!(out, "2|t");
+    for (old, missing) in RELEASES {
+        let db = format!("v{}", old.replace('.', "_"));
+        c.sql(&format!("CREATE DATABASE {db}"));
+        c.try_sql_in(&db, &format!("CREATE EXTENSION snowflake VERSION '{old}'; CREATE TABLE t (id bigint PRIMARY KEY DEFAULT snowflake_nextval()); INSERT INTO t DEFAULT VALUES")).unwrap();
+        assert_eq!(c.try_sql_in(&db, version).unwrap(), old);
+        assert!(
+            c.try_sql_in(&db, missing).is_err(),
+            "{old} should not have what `{missing}` uses"
+        );
+        c.try_sql_in(&db, "ALTER EXTENSION snowflake UPDATE")
+            .unwrap();
+        assert_eq!(
+            c.try_sql_in(&db, version).unwrap(),
+            env!("CARGO_PKG_VERSION")
+        );
+        assert_eq!(
+            c.try_sql_in(&db, CATALOG).unwrap(),
+            fresh,
+            "an install upgraded from {old} differs from a fresh one"
+        );
+        // The upgraded extension works, with the table made before the upgrade.
+        let out = c
+            .try_sql_in(&db, "INSERT INTO t DEFAULT VALUES; SELECT count(*), (SELECT ids_issued >= 2 FROM snowflake_stats()) FROM t")
+            .unwrap();
+        assert_eq!(out, "2|t");
+    }
 }
 
 #[test]

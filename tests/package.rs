@@ -81,14 +81,17 @@ fn the_deb_installs_into_a_clean_layout_and_works() {
     let contents = run(Command::new("dpkg-deb").arg("-c").arg(&deb));
     let lib_dir = format!("/usr/lib/postgresql/{major}/lib");
     let ext_dir = format!("/usr/share/postgresql/{major}/extension");
-    for f in [
+    let mut expected = vec![
         format!("{lib_dir}/snowflake.so"),
         format!("{ext_dir}/snowflake.control"),
-        format!(
-            "{ext_dir}/snowflake--1.0.0--{}.sql",
-            env!("CARGO_PKG_VERSION")
-        ),
-    ] {
+        format!("{ext_dir}/snowflake--{}.sql", env!("CARGO_PKG_VERSION")),
+    ];
+    // Every released version's script and every upgrade script.
+    for f in fs::read_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join("sql")).unwrap() {
+        let name = f.unwrap().file_name().to_string_lossy().to_string();
+        expected.push(format!("{ext_dir}/{name}"));
+    }
+    for f in expected {
         assert!(
             contents.contains(&format!(".{f}")),
             "{f} is not in the package:\n{contents}"

@@ -610,9 +610,11 @@ pub fn readme_recipe(name: &str) -> String {
         .split_once(&marker)
         .unwrap_or_else(|| panic!("README.md has no {marker}"))
         .1;
+    // The next fenced block, whatever its language (sh, sql).
     let body = after
-        .split_once("```sh\n")
-        .expect("a ```sh block after the marker")
+        .split_once("```")
+        .and_then(|(_, rest)| rest.split_once('\n'))
+        .expect("a fenced block after the marker")
         .1;
     body.split_once("\n```")
         .expect("the block ends")

@@ -1,0 +1,269 @@
+//! Time partitions on the snowflake key: snowflake_create_partitions / snowflake_drop_partitions,
+//! run-time pruning on `id >= snowflake_min_id(...)`, and the README's pg_partman recipe.
+
+mod common;
+use common::{readme_recipe, Cluster};
+use std::sync::OnceLock;
+
+fn server() -> &'static Cluster {
+    static S: OnceLock<Cluster> = OnceLock::new();
+    common::shared_cluster(&S, || {
+        let mut c = Cluster::new("partitions", "snowflake.worker_id = 9\ntimezone = 'UTC'");
+        c.start();
+        c.sql("CREATE EXTENSION snowflake");
+        c
+    })
+}
+
+/// Midnight UTC of today, as the server sees it, as a timestamptz literal.
+fn today(c: &Cluster) -> String {
+    c.sql("SELECT date_trunc('day', now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC'")
+}
+
+fn partition_names(c: &Cluster, parent: &str) -> Vec<String> {
+    c.sql(&format!(
+        "SELECT partition FROM snowflake_partitions('{parent}') ORDER BY from_id"
+    ))
+    .lines()
+    .map(String::from)
+    .collect()
+}
+
+#[test]
+fn create_route_prune_and_drop_daily_partitions() {
+    let c = server();
+    c.sql("CREATE TABLE events (id bigint PRIMARY KEY DEFAULT snowflake_nextval(), payload text) PARTITION BY RANGE (id)");
+    let t0 = today(c);
+    let create = format!(
+        "SELECT partition FROM snowflake_create_partitions('events', '{t0}'::timestamptz - interval '3 days', '{t0}'::timestamptz + interval '2 days') AS partition ORDER BY 1"
+    );
+    let made: Vec<String> = c.sql(&create).lines().map(String::from).collect();
+    let day = |offset: i32| {
+        c.sql(&format!(
+            "SELECT 'events_' || to_char('{t0}'::timestamptz + {offset} * interval '1 day', 'YYYYMMDD')"
+        ))
+    };
+    let expected: Vec<String> = (-3..2).map(day).collect();
+    assert_eq!(made, expected);
+    assert_eq!(c.sql(&create), "", "a second call created partitions again");
+    assert_eq!(partition_names(c, "events"), expected);
+
+    // Bounds are snowflake_min_id() of each midnight: contiguous, and the times say so.
+    assert_eq!(
+        c.sql(&format!(
+            "SELECT from_ts = '{t0}'::timestamptz - interval '3 days', to_ts - from_ts, \
+                    from_id = snowflake_min_id(from_ts), to_id = snowflake_min_id(to_ts) \
+             FROM snowflake_partitions('events') ORDER BY from_id LIMIT 1"
+        )),
+        "t|1 day|t|t"
+    );
+
+    // Rows composed for 3 and 2 days ago, and one generated now, each land in their UTC day.
+    c.sql(
+        "INSERT INTO events VALUES (snowflake_compose(now() - interval '3 days', 0, 9, 1), 'three days ago'),
+                                   (snowflake_compose(now() - interval '2 days', 0, 9, 2), 'two days ago');
+         INSERT INTO events (payload) VALUES ('now')",
+    );
+    assert_eq!(
+        c.sql(
+            "SELECT count(*), count(*) FILTER (WHERE tableoid::regclass::text = \
+             'events_' || to_char(snowflake_timestamp(id), 'YYYYMMDD')) FROM events"
+        ),
+        "3|3"
+    );
+
+    // The last day's rows: run-time pruning (now() is only known at execution) leaves yesterday,
+    // today and tomorrow, 3 of the 5 partitions.
+    let plan = c.sql(
+        "EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) \
+         SELECT * FROM events WHERE id >= snowflake_min_id(now() - interval '1 day')",
+    );
+    // Partitions whose scan ran (an index's own scan line names the index, `..._pkey`).
+    let mut scanned: Vec<&str> = plan
+        .lines()
+        .filter(|l| !l.contains("never executed"))
+        .filter_map(|l| l.split(" on ").nth(1)?.split(' ').next())
+        .filter(|t| t.starts_with("events_") && !t.ends_with("_pkey"))
+        .collect();
+    scanned.dedup();
+    assert_eq!(scanned.len(), 3, "{plan}");
+    assert!(plan.contains("Subplans Removed: 2"), "{plan}");
+
+    // Beyond the last partition: PostgreSQL's own error, and nothing is inserted.
+    let e = c.sql_err("INSERT INTO events VALUES (snowflake_compose(now() + interval '3 days', 0, 9, 0), 'too late')");
+    assert_eq!(e.sqlstate, "23514", "{}", e.raw);
+    assert!(e.message.contains("no partition of relation"), "{}", e.raw);
+
+    // Everything before yesterday's midnight: exactly the two oldest, today's rows stay.
+    let dropped = c.sql(&format!(
+        "SELECT * FROM snowflake_drop_partitions('events', '{t0}'::timestamptz - interval '1 day')"
+    ));
+    // Schema-qualified: the names of tables that no longer exist cannot be resolved later.
+    assert_eq!(dropped, format!("public.{}\npublic.{}", day(-3), day(-2)));
+    assert_eq!(partition_names(c, "events"), expected[2..].to_vec());
+    assert_eq!(c.sql("SELECT payload FROM events"), "now");
+}
+
+#[test]
+fn drop_never_takes_a_partition_that_can_hold_a_newer_id() {
+    let c = server();
+    c.sql("CREATE TABLE keep_t (id bigint PRIMARY KEY) PARTITION BY RANGE (id)");
+    let t0 = today(c);
+    c.sql(&format!(
+        "SELECT count(*) FROM snowflake_create_partitions('keep_t', '{t0}'::timestamptz - interval '2 days', '{t0}')"
+    ));
+    // A cut in the middle of yesterday keeps yesterday: it holds IDs after the cut.
+    let dropped = c.sql(&format!(
+        "SELECT count(*) FROM snowflake_drop_partitions('keep_t', '{t0}'::timestamptz - interval '12 hours')"
+    ));
+    assert_eq!(dropped, "1");
+    // A cut exactly at a bound drops the partition below it, not the one starting there.
+    let dropped = c.sql(&format!(
+        "SELECT count(*) FROM snowflake_drop_partitions('keep_t', '{t0}'::timestamptz - interval '1 day')"
+    ));
+    assert_eq!(dropped, "0");
+    assert_eq!(partition_names(c, "keep_t").len(), 1);
+}
+
+#[test]
+fn sub_day_steps_are_named_by_minute() {
+    let c = server();
+    c.sql("CREATE TABLE hourly (id bigint PRIMARY KEY DEFAULT snowflake_nextval()) PARTITION BY RANGE (id)");
+    let t0 = today(c);
+    let made = c.sql(&format!(
+        "SELECT string_agg(p::text, ',' ORDER BY p::text) FROM snowflake_create_partitions('hourly', '{t0}'::timestamptz + interval '90 minutes', '{t0}'::timestamptz + interval '7 hours', '3 hours') p"
+    ));
+    let d = c.sql(&format!("SELECT to_char('{t0}'::timestamptz, 'YYYYMMDD')"));
+    assert_eq!(
+        made,
+        format!("hourly_{d}_0000,hourly_{d}_0300,hourly_{d}_0600")
+    );
+    assert_eq!(
+        c.sql("SELECT DISTINCT to_ts - from_ts FROM snowflake_partitions('hourly')"),
+        "03:00:00"
+    );
+}
+
+#[test]
+fn bad_parents_and_steps_are_clear_errors_and_nothing_is_half_made() {
+    let c = server();
+    c.sql(
+        "CREATE TABLE plain_t (id bigint PRIMARY KEY);
+         CREATE TABLE list_t (id bigint) PARTITION BY LIST (id);
+         CREATE TABLE text_t (k text) PARTITION BY RANGE (k);
+         CREATE TABLE two_t (a bigint, b bigint) PARTITION BY RANGE (a, b);
+         CREATE TABLE steps_t (id bigint) PARTITION BY RANGE (id);",
+    );
+    let e =
+        c.sql_err("SELECT snowflake_create_partitions('plain_t', now(), now() + interval '1 day')");
+    assert_eq!(e.sqlstate, "42809", "{}", e.raw);
+    assert!(e.message.contains("is not a partitioned table") && !e.hint.is_empty());
+    for t in ["list_t", "text_t", "two_t"] {
+        let e = c.sql_err(&format!(
+            "SELECT snowflake_create_partitions('{t}', now(), now() + interval '1 day')"
+        ));
+        assert_eq!(e.sqlstate, "42809", "{t}: {}", e.raw);
+        assert!(e.message.contains("one bigint column"), "{}", e.raw);
+        assert!(e.detail.starts_with("Its partition key is"), "{}", e.raw);
+    }
+    let e = c.sql_err("SELECT snowflake_drop_partitions('plain_t', now())");
+    assert_eq!(e.sqlstate, "42809", "{}", e.raw);
+    for step in [
+        "1 month",
+        "1 year",
+        "90 seconds",
+        "0",
+        "-1 day",
+        "1 day 30 seconds",
+    ] {
+        let e = c.sql_err(&format!(
+            "SELECT snowflake_create_partitions('steps_t', now(), now() + interval '3 days', '{step}')"
+        ));
+        assert_eq!(e.sqlstate, "22023", "{step}: {}", e.raw);
+        assert!(e.message.contains("invalid partition step"), "{}", e.raw);
+    }
+    // A range that overlaps a partition with other bounds: PostgreSQL's error, and the
+    // partitions made before it in the same call are gone too.
+    c.sql("CREATE TABLE steps_t_odd PARTITION OF steps_t FOR VALUES FROM (snowflake_min_id(date_trunc('day', now()) + interval '2 days 1 hour')) TO (snowflake_min_id(date_trunc('day', now()) + interval '2 days 2 hours'))");
+    let e = c.sql_err(
+        "SELECT snowflake_create_partitions('steps_t', date_trunc('day', now()), date_trunc('day', now()) + interval '3 days')",
+    );
+    assert_eq!(e.sqlstate, "42P17", "{}", e.raw);
+    assert!(e.message.contains("would overlap"), "{}", e.raw);
+    assert_eq!(
+        partition_names(c, "steps_t"),
+        vec!["steps_t_odd".to_string()]
+    );
+    // Before the epoch: the clear error of snowflake_min_id.
+    let e = c.sql_err("SELECT snowflake_create_partitions('steps_t', '2001-01-01', '2001-01-03')");
+    assert_eq!(e.sqlstate, "22008", "{}", e.raw);
+}
+
+#[test]
+fn the_readme_pg_partman_recipe_premakes_routes_and_retires() {
+    let mut c = Cluster::new("partman", "snowflake.worker_id = 2\ntimezone = 'UTC'");
+    c.start();
+    c.sql("CREATE EXTENSION snowflake");
+    let available = c.sql("SELECT count(*) FROM pg_available_extensions WHERE name = 'pg_partman'");
+    if available == "0" {
+        // Debian packages pg_partman for its own 15 only; the 16 and 18 here come from PyPI.
+        assert_ne!(
+            common::pg_major(),
+            15,
+            "pg_partman is missing: scripts/deps.sh installs postgresql-15-partman"
+        );
+        eprintln!("pg_partman is not packaged for this server: recipe not run on this major");
+        return;
+    }
+    c.script(&readme_recipe("pg_partman"))
+        .unwrap_or_else(|e| panic!("the README's pg_partman recipe failed: {}", e.raw));
+    // On an empty table premaking counts from the start partition: 4 days. Rows of now and of
+    // two days ago, then maintenance, which premakes from the newest ID.
+    assert_eq!(
+        c.sql("SELECT count(*) FROM snowflake_partitions('events')"),
+        "4"
+    );
+    // (A script, not one `psql -c`: the procedure commits, which a multi-statement -c forbids.)
+    c.script(
+        "INSERT INTO events (payload) VALUES ('now');
+         INSERT INTO events VALUES (snowflake_compose(now() - interval '2 days', 0, 2, 7), 'two days ago');
+         CALL partman.run_maintenance_proc();",
+    )
+    .unwrap();
+    // Each row is in the partition whose range holds its time.
+    assert_eq!(
+        c.sql(
+            "SELECT count(*) FROM events e JOIN snowflake_partitions('events') p ON p.partition = e.tableoid \
+             WHERE snowflake_timestamp(e.id) >= p.from_ts AND snowflake_timestamp(e.id) < p.to_ts"
+        ),
+        "2"
+    );
+    // Three days back, today, three days ahead, each one day of IDs starting at the epoch's time
+    // of day (01:42:54.657 UTC with Twitter's epoch), and the default partition.
+    let days = c.sql(
+        "SELECT count(*), count(*) FILTER (WHERE to_ts - from_ts = interval '1 day'), \
+                count(DISTINCT from_ts::time), min(from_ts::time), \
+                bool_and(from_id % 362387865600000 = 0), \
+                max(to_ts) > now() + interval '3 days', min(from_ts) <= now() - interval '3 days' \
+         FROM snowflake_partitions('events')",
+    );
+    assert_eq!(days, "7|7|1|01:42:54.657|t|t|t");
+    assert_eq!(
+        c.sql("SELECT count(*) FROM pg_inherits WHERE inhparent = 'events'::regclass"),
+        "8",
+        "seven day partitions and events_default"
+    );
+    // Retention counts from the newest ID: with one day kept, everything ending before
+    // yesterday's same time goes, and the newest rows stay.
+    c.script(
+        "UPDATE partman.part_config SET retention = '362387865600000' WHERE parent_table = 'public.events';
+         CALL partman.run_maintenance_proc();",
+    )
+    .unwrap();
+    let left = c.sql(
+        "SELECT bool_and(to_ts >= now() - interval '1 day' - interval '1 day'), min(from_ts) > now() - interval '3 days' \
+         FROM snowflake_partitions('events')",
+    );
+    assert_eq!(left, "t|t");
+    assert_eq!(c.sql("SELECT string_agg(payload, ',') FROM events"), "now");
+}
