@@ -1,4 +1,5 @@
--- snowflake 1.1.0 -> 1.2.0: time partitions on the snowflake key.
+-- snowflake 1.1.0 -> 1.2.0: time partitions on the snowflake key, and the fleet check's columns
+-- in snowflake_node().
 -- Frozen once released; the upgrade test checks that an upgraded install equals a fresh one.
 \echo Use "ALTER EXTENSION snowflake UPDATE TO '1.2.0'" to load this file. \quit
 
@@ -12,7 +13,7 @@ CREATE FUNCTION snowflake_partitions(
     OUT from_ts timestamptz,
     OUT to_ts timestamptz
 ) RETURNS SETOF record
-LANGUAGE plpgsql STABLE PARALLEL SAFE
+LANGUAGE plpgsql STABLE STRICT PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
@@ -65,7 +66,7 @@ CREATE FUNCTION snowflake_create_partitions(
     to_ts timestamptz,
     step interval DEFAULT '1 day'
 ) RETURNS SETOF regclass
-LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+LANGUAGE plpgsql VOLATILE STRICT PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
@@ -119,7 +120,7 @@ COMMENT ON FUNCTION snowflake_create_partitions(regclass, timestamptz, timestamp
 -- can hold an ID of older_than or later.
 CREATE FUNCTION snowflake_drop_partitions(parent regclass, older_than timestamptz)
 RETURNS SETOF text
-LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+LANGUAGE plpgsql VOLATILE STRICT PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
@@ -137,3 +138,23 @@ END
 $fn$;
 COMMENT ON FUNCTION snowflake_drop_partitions(regclass, timestamptz) IS
   'Drop the partitions of a snowflake-keyed table whose whole ID range lies before older_than; returns their names';
+
+-- snowflake_node() reports this server's system identifier and a conflicting claim. Its result
+-- type changes, so it is dropped and created again (nothing can depend on a function's row type).
+DROP FUNCTION snowflake_node();
+CREATE  FUNCTION "snowflake_node"() RETURNS TABLE (
+	"datacenter_id" INT,  /* i32 */
+	"worker_id" INT,  /* i32 */
+	"epoch" timestamp with time zone,  /* TimestampWithTimeZone */
+	"max_clock_drift_ms" bigint,  /* i64 */
+	"last_timestamp" timestamp with time zone,  /* Option < TimestampWithTimeZone > */
+	"lead_ms" bigint,  /* i64 */
+	"lease_until" timestamp with time zone,  /* Option < TimestampWithTimeZone > */
+	"lease_worker_pid" INT,  /* Option < i32 > */
+	"system_identifier" bigint,  /* i64 */
+	"claim_conflict_with" bigint,  /* Option < i64 > */
+	"claim_conflict_seen" timestamp with time zone  /* Option < TimestampWithTimeZone > */
+)
+STRICT VOLATILE PARALLEL SAFE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'snowflake_node_wrapper';

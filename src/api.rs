@@ -90,6 +90,7 @@ unsafe extern "C-unwind" fn nextval_slow(first: &Option<Result<Step, GenError>>)
     );
     match result {
         Ok(id) => id,
+        Err(IssueError::Gen(GenError::Refused)) => crate::fleet::refuse(),
         Err(IssueError::Gen(e)) => errors::generator(e),
         Err(IssueError::Wait(())) => errors::lease_not_ready(LEASE_WAIT_LIMIT, &config::database()),
     }

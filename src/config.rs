@@ -17,11 +17,15 @@ pub const DEFAULT_EPOCH: &CStr = c"2010-11-04 01:42:54.657+00";
 pub const DEFAULT_MAX_CLOCK_DRIFT_MS: i32 = 10_000;
 pub const MIN_MAX_CLOCK_DRIFT_MS: i32 = 100;
 pub const MAX_MAX_CLOCK_DRIFT_MS: i32 = 86_400_000;
+pub const DEFAULT_CLAIM_EXPIRY_MS: i32 = 60_000;
+const MIN_CLAIM_EXPIRY_MS: i32 = crate::core::fleet::MIN_EXPIRY_MS as i32;
+const MAX_CLAIM_EXPIRY_MS: i32 = 86_400_000;
 
 static DATACENTER_ID: GucSetting<i32> = GucSetting::<i32>::new(0);
 static WORKER_ID: GucSetting<i32> = GucSetting::<i32>::new(0);
 static EPOCH: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(Some(DEFAULT_EPOCH));
 static MAX_CLOCK_DRIFT: GucSetting<i32> = GucSetting::<i32>::new(DEFAULT_MAX_CLOCK_DRIFT_MS);
+static CLAIM_EXPIRY: GucSetting<i32> = GucSetting::<i32>::new(DEFAULT_CLAIM_EXPIRY_MS);
 static DATABASE: GucSetting<Option<CString>> =
     GucSetting::<Option<CString>>::new(Some(c"postgres"));
 
@@ -50,6 +54,11 @@ pub fn max_clock_drift_ms() -> u64 {
     // SAFETY: PostgreSQL writes the setting only from this (the backend's only) thread, on
     // reload; reading it directly skips pgrx's per-call thread check on the hot path.
     unsafe { MAX_CLOCK_DRIFT.as_ptr().read() }.max(0) as u64
+}
+
+/// `snowflake.claim_expiry` in ms: how long another server's claim stays live unrefreshed.
+pub fn claim_expiry_ms() -> u64 {
+    CLAIM_EXPIRY.get().max(MIN_CLAIM_EXPIRY_MS) as u64
 }
 
 /// The database in which the lease worker keeps the high-water mark.
@@ -163,6 +172,12 @@ pub fn init_preloaded() {
         MAX_MAX_CLOCK_DRIFT_MS.into(),
         TIME_UNITS,
     );
+    check_int(
+        c"snowflake.claim_expiry",
+        MIN_CLAIM_EXPIRY_MS.into(),
+        MAX_CLAIM_EXPIRY_MS.into(),
+        TIME_UNITS,
+    );
     let epoch = check_epoch(PgLogLevel::FATAL);
     GucRegistry::define_int_guc(
         c"snowflake.datacenter_id",
@@ -199,6 +214,16 @@ pub fn init_preloaded() {
         &MAX_CLOCK_DRIFT,
         MIN_MAX_CLOCK_DRIFT_MS,
         MAX_MAX_CLOCK_DRIFT_MS,
+        GucContext::Sighup,
+        GucFlags::UNIT_MS,
+    );
+    GucRegistry::define_int_guc(
+        c"snowflake.claim_expiry",
+        c"How long another server's claim on a datacenter and worker ID stays live without a refresh.",
+        c"Servers refresh their claim every 5 s; a claim older than this no longer stops snowflake_nextval().",
+        &CLAIM_EXPIRY,
+        MIN_CLAIM_EXPIRY_MS,
+        MAX_CLAIM_EXPIRY_MS,
         GucContext::Sighup,
         GucFlags::UNIT_MS,
     );

@@ -118,6 +118,14 @@ pub fn generator(e: GenError) -> ! {
             )),
             Some("IDs resume by themselves once the clock catches up. Check the clock (NTP), or raise snowflake.max_clock_drift to issue IDs further ahead of it."),
         ),
+        // The fleet check reports this with the other server's details (`fleet::refuse`);
+        // this is the same error for any path that meets it without them.
+        GenError::Refused => raise(
+            PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+            "snowflake ID generation is refused: another server claims this server's datacenter and worker ID".into(),
+            None,
+            Some("Give each server its own snowflake.datacenter_id and snowflake.worker_id."),
+        ),
         GenError::TimestampExhausted => raise(
             PgSqlErrorCode::ERRCODE_DATETIME_FIELD_OVERFLOW,
             "snowflake timestamp range is exhausted".into(),
@@ -125,4 +133,26 @@ pub fn generator(e: GenError) -> ! {
             Some("Move to a new table with a later snowflake.epoch."),
         ),
     }
+}
+
+/// Another live server claims our (datacenter, worker): issuing would repeat its IDs.
+pub fn node_claimed(
+    datacenter: u32,
+    worker: u32,
+    other_system_identifier: i64,
+    other_last_seen: &str,
+    expiry_s: u64,
+) -> ! {
+    raise(
+        PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+        format!(
+            "snowflake datacenter_id {datacenter} and worker_id {worker} are also used by another server"
+        ),
+        Some(format!(
+            "The server with system identifier {other_system_identifier} claimed them, last seen at {other_last_seen}; two servers with one pair generate the same IDs, so this server generates none until that claim is gone."
+        )),
+        Some(&format!(
+            "Give one of the two servers another snowflake.worker_id (or datacenter_id) and restart it. If the other server no longer runs, its claim expires {expiry_s} s after it was last seen, or delete it now: DELETE FROM _snowflake.claims WHERE system_identifier = {other_system_identifier}."
+        )),
+    )
 }

@@ -14,6 +14,7 @@
 //! memory, and wake the worker only when a burst or a pause has used the lease up.
 
 use crate::config;
+use crate::core::fleet::REFRESH_MS;
 use crate::core::lease::renewal;
 use crate::core::time::{Clock, SystemClock};
 use crate::shmem::GENERATOR;
@@ -43,7 +44,9 @@ fn read_or_create_mark() -> i64 {
             "CREATE SCHEMA IF NOT EXISTS {SCHEMA};
              CREATE SEQUENCE IF NOT EXISTS {SEQUENCE} AS bigint MINVALUE 0 START 0;
              COMMENT ON SEQUENCE {SEQUENCE} IS
-               'snowflake: Unix ms up to which IDs may have been issued by this server. Do not drop or lower it.'"
+               'snowflake: Unix ms up to which IDs may have been issued by this server. Do not drop or lower it.';
+             {}",
+            crate::fleet::CLAIMS_DDL
         ))
         .expect("create the lease sequence");
         Spi::get_one::<i64>(&format!("SELECT last_value FROM {SEQUENCE}"))
@@ -82,7 +85,13 @@ pub extern "C-unwind" fn snowflake_lease_worker_main(_arg: pg_sys::Datum) {
     }
     log!("snowflake lease worker started; persisted high-water mark {mark} (Unix ms)");
 
+    let mut conflict = None;
+    let mut claimed_at: Option<std::time::Instant> = None;
     loop {
+        if claimed_at.is_none_or(|t| t.elapsed() >= Duration::from_millis(REFRESH_MS)) {
+            conflict = crate::fleet::refresh(conflict);
+            claimed_at = Some(std::time::Instant::now());
+        }
         if BackgroundWorker::sighup_received() {
             unsafe { pg_sys::ProcessConfigFile(pg_sys::GucContext::PGC_SIGHUP) };
         }

@@ -8,6 +8,7 @@ pub mod core;
 mod api;
 mod config;
 mod errors;
+mod fleet;
 mod lease;
 mod partitions;
 mod shmem;

@@ -22,7 +22,7 @@ CREATE FUNCTION snowflake_partitions(
     OUT from_ts timestamptz,
     OUT to_ts timestamptz
 ) RETURNS SETOF record
-LANGUAGE plpgsql STABLE PARALLEL SAFE
+LANGUAGE plpgsql STABLE STRICT PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
@@ -75,7 +75,7 @@ CREATE FUNCTION snowflake_create_partitions(
     to_ts timestamptz,
     step interval DEFAULT '1 day'
 ) RETURNS SETOF regclass
-LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+LANGUAGE plpgsql VOLATILE STRICT PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
@@ -129,7 +129,7 @@ COMMENT ON FUNCTION snowflake_create_partitions(regclass, timestamptz, timestamp
 -- can hold an ID of older_than or later.
 CREATE FUNCTION snowflake_drop_partitions(parent regclass, older_than timestamptz)
 RETURNS SETOF text
-LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+LANGUAGE plpgsql VOLATILE STRICT PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE

@@ -17,6 +17,8 @@ pub struct Shared {
     pub worker_pid: i32,
     /// IDs issued when the worker last renewed, to tell an idle server from a busy one.
     pub issued_at_renewal: u64,
+    /// The other server's claim while `state.refused` is set (see `fleet.rs`).
+    pub conflict: crate::core::fleet::Claim,
 }
 
 impl Default for Shared {
@@ -30,6 +32,7 @@ impl Default for Shared {
             worker_latch: 0,
             worker_pid: 0,
             issued_at_renewal: 0,
+            conflict: crate::fleet::NO_CLAIM,
         }
     }
 }

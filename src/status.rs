@@ -38,6 +38,9 @@ fn snowflake_node() -> TableIterator<
         name!(lead_ms, i64),
         name!(lease_until, Option<TimestampWithTimeZone>),
         name!(lease_worker_pid, Option<i32>),
+        name!(system_identifier, i64),
+        name!(claim_conflict_with, Option<i64>),
+        name!(claim_conflict_seen, Option<TimestampWithTimeZone>),
     ),
 > {
     require_preload("snowflake_node()");
@@ -45,6 +48,7 @@ fn snowflake_node() -> TableIterator<
     let now = SystemClock.now_unix_ms() - epoch_ms();
     let node = config::node();
     let issued_any = shared.state.stats.issued > 0 || shared.state.last_ms > 0;
+    let conflict = shared.state.refused.then_some(shared.conflict);
     TableIterator::once((
         node.datacenter() as i32,
         node.worker() as i32,
@@ -67,6 +71,9 @@ fn snowflake_node() -> TableIterator<
             None
         },
         (shared.worker_pid != 0 && shared.worker_latch != 0).then_some(shared.worker_pid),
+        crate::fleet::system_identifier(),
+        conflict.map(|c| c.system_identifier),
+        conflict.as_ref().and_then(crate::fleet::last_seen),
     ))
 }
 

@@ -220,16 +220,19 @@ fn functions_carry_the_right_labels() {
          FROM pg_proc p JOIN pg_depend d ON d.classid = 'pg_proc'::regclass AND d.objid = p.oid AND d.deptype = 'e' \
          JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'snowflake'",
     );
-    // volatility (i immutable, v volatile), strict, parallel (s safe, u unsafe)
+    // volatility (i immutable, s stable, v volatile), strict, parallel (s safe, u unsafe)
     let want = "\
 snowflake_adopt(regclass,name) v f u
 snowflake_compose(timestamp with time zone,integer,integer,integer) i t s
+snowflake_create_partitions(regclass,timestamp with time zone,timestamp with time zone,interval) v t u
 snowflake_datacenter_id(bigint) i t s
 snowflake_decode(bigint) i t s
+snowflake_drop_partitions(regclass,timestamp with time zone) v t u
 snowflake_max_id(timestamp with time zone) i t s
 snowflake_min_id(timestamp with time zone) i t s
 snowflake_nextval() v t s
 snowflake_node() v t s
+snowflake_partitions(regclass) s t s
 snowflake_sequence(bigint) i t s
 snowflake_set_floor(bigint) v t u
 snowflake_stats() v t s

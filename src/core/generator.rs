@@ -48,6 +48,9 @@ pub struct State {
     pub behind: bool,
     /// Set when an ID had to wait for the lease: tells the renewer that it is needed now.
     pub lease_wanted: bool,
+    /// Set while another live server claims this server's datacenter and worker ID (see
+    /// `fleet.rs`): issuing would repeat its IDs, so nothing is issued until it clears.
+    pub refused: bool,
     pub stats: Stats,
 }
 
@@ -90,6 +93,8 @@ pub enum GenError {
     ClockBehind { behind_ms: u64, max_drift_ms: u64 },
     /// The 41-bit timestamp is used up (the year 2080 with Twitter's epoch).
     TimestampExhausted,
+    /// Another live server claims this server's datacenter and worker ID.
+    Refused,
 }
 
 impl fmt::Display for GenError {
@@ -100,6 +105,10 @@ impl fmt::Display for GenError {
                 "clock is {behind_ms} ms behind the last issued snowflake timestamp, more than the allowed {max_drift_ms} ms"
             ),
             GenError::TimestampExhausted => write!(f, "snowflake timestamp range is exhausted"),
+            GenError::Refused => write!(
+                f,
+                "another server claims this server's datacenter and worker ID"
+            ),
         }
     }
 }
@@ -124,6 +133,7 @@ impl State {
             clock_high: -(1 << 62),
             behind: false,
             lease_wanted: false,
+            refused: false,
             stats: Stats {
                 issued: 0,
                 borrowed_ms: 0,
@@ -171,6 +181,10 @@ impl State {
     pub fn next(&mut self, now_ms: i64, node: Node, max_drift_ms: u64) -> Result<Step, GenError> {
         // Bounding the inputs once lets all arithmetic below be plain i64 without overflow:
         // timestamps are at most 2^41 + 1, a clock reading beyond ±2^62 ms is nonsense anyway.
+        if self.refused {
+            self.stats.errors += 1;
+            return Err(GenError::Refused);
+        }
         let now_ms = now_ms.clamp(-(1 << 62), 1 << 62);
         let max_drift = max_drift_ms.min(1 << 62) as i64;
         self.observe_clock(now_ms);
@@ -267,6 +281,20 @@ mod tests {
             Ok(Step::Issued(id)) => id,
             other => panic!("expected an ID at {now}, got {other:?}"),
         }
+    }
+
+    #[test]
+    fn a_refused_generator_issues_nothing_and_resumes_above_its_last_id() {
+        let mut s = State::new();
+        let before = issued(&mut s, 1000, 10);
+        s.refused = true;
+        for now in [1000, 1001, 5000] {
+            assert_eq!(s.next(now, node(), 10), Err(GenError::Refused));
+        }
+        assert_eq!(s.stats.errors, 3);
+        assert_eq!(s.stats.issued, 1);
+        s.refused = false;
+        assert!(issued(&mut s, 5000, 10) > before);
     }
 
     #[test]

@@ -501,6 +501,24 @@ impl Cluster {
         );
     }
 
+    /// A libpq connection string for this server, as a subscription's CONNECTION.
+    pub fn conninfo(&self) -> String {
+        format!(
+            "host={} port={} user=postgres dbname=postgres",
+            self.dir.display(),
+            self.port
+        )
+    }
+
+    /// The same as a URI (no spaces), for shell recipes.
+    pub fn uri(&self) -> String {
+        format!(
+            "postgresql:///postgres?host={}&port={}&user=postgres",
+            self.dir.display(),
+            self.port
+        )
+    }
+
     /// Polls `sql` until it returns `expected`, for at most `secs` seconds.
     pub fn wait_for(&self, sql: &str, expected: &str, secs: u64) {
         let until = std::time::Instant::now() + std::time::Duration::from_secs(secs);
@@ -620,4 +638,18 @@ pub fn readme_recipe(name: &str) -> String {
         .expect("the block ends")
         .0
         .to_string()
+}
+
+/// Polls `check` every 200 ms until it holds, for at most `secs` seconds; false if it never did.
+pub fn eventually(secs: u64, mut check: impl FnMut() -> bool) -> bool {
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+    loop {
+        if check() {
+            return true;
+        }
+        if std::time::Instant::now() > until {
+            return false;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
 }
