@@ -1,0 +1,404 @@
+//! Many writers, one dataset: two-way logical replication (`origin = none`, PostgreSQL 16+), the
+//! README's recipes for a mesh of writers (set up, add a node, retire one), and the fleet check
+//! that refuses IDs while another server claims the same datacenter and worker ID.
+
+mod common;
+use common::{eventually, pg_major, readme_recipe, Cluster};
+use std::process::Command;
+use std::thread;
+use std::time::Duration;
+
+const LOGICAL: &str = "wal_level = logical
+max_worker_processes = 24
+max_logical_replication_workers = 12
+max_replication_slots = 12
+max_wal_senders = 12
+snowflake.claim_expiry = '15s'";
+
+/// `origin` is the worker ID of the server where the row was inserted.
+const TABLE: &str = "CREATE EXTENSION snowflake; \
+    CREATE TABLE t (id bigint PRIMARY KEY DEFAULT snowflake_nextval(), \
+                    origin int NOT NULL DEFAULT current_setting('snowflake.worker_id')::int, payload text)";
+const INSERT: &str = "INSERT INTO t (payload) VALUES ('x');\n";
+
+fn node(name: &str, datacenter: u32, worker: u32) -> Cluster {
+    Cluster::new(
+        name,
+        &format!(
+            "{LOGICAL}\nsnowflake.datacenter_id = {datacenter}\nsnowflake.worker_id = {worker}"
+        ),
+    )
+}
+
+fn subscribe(subscriber: &Cluster, publisher: &Cluster, name: &str) {
+    subscriber.sql(&format!(
+        "CREATE SUBSCRIPTION {name} CONNECTION '{}' PUBLICATION pub WITH (origin = none, copy_data = false)",
+        publisher.conninfo()
+    ));
+}
+
+fn fingerprint(c: &Cluster) -> String {
+    c.sql("SELECT count(*) || ' ' || md5(coalesce(string_agg(id || ':' || origin, ',' ORDER BY id), '')) FROM t")
+}
+
+/// Every node ends with the same rows.
+fn converge(nodes: &[&Cluster], secs: u64) {
+    let same = eventually(secs, || {
+        let f: Vec<String> = nodes.iter().map(|c| fingerprint(c)).collect();
+        f.windows(2).all(|w| w[0] == w[1])
+    });
+    let now: Vec<String> = nodes.iter().map(|c| fingerprint(c)).collect();
+    assert!(same, "the nodes did not converge within {secs} s: {now:?}");
+}
+
+/// No duplicate key anywhere, and no logical replication conflict on the user's data. (The one
+/// allowed: 17+ logs `delete_missing` for a claim a new peer had not seen yet.)
+fn assert_no_conflicts(c: &Cluster) {
+    for line in c.log().lines() {
+        assert!(
+            !line.contains("duplicate key"),
+            "in {}: {line}",
+            c.dir.display()
+        );
+        if line.contains("conflict") {
+            assert!(
+                line.contains("_snowflake.claims") && line.contains("delete_missing"),
+                "a replication conflict in {}: {line}",
+                c.dir.display()
+            );
+        }
+    }
+}
+
+/// Each row's ID carries the worker ID of the server that inserted it.
+fn assert_rows_carry_their_node(c: &Cluster) {
+    assert_eq!(
+        c.sql("SELECT count(*) FROM t WHERE snowflake_worker_id(id) <> origin"),
+        "0"
+    );
+}
+
+/// PostgreSQL 15 has no `origin` option: changes would echo between two subscribers forever, so
+/// only fan-in (tests/durability.rs) is possible there.
+fn origin_none_is_refused_before_16() {
+    let mut c = node("origin-15", 1, 1);
+    c.start();
+    let e = c.sql_err("CREATE SUBSCRIPTION s CONNECTION 'host=/nonexistent' PUBLICATION p WITH (connect = false, origin = none)");
+    assert!(e.message.contains("origin"), "{}", e.raw);
+}
+
+#[test]
+fn two_servers_write_both_ways_through_a_crash_with_the_clock_set_back() {
+    if pg_major() < 16 {
+        return origin_none_is_refused_before_16();
+    }
+    let mut a = node("two-a", 1, 1);
+    let mut b = node("two-b", 1, 2);
+    b.fake_time(None);
+    a.start();
+    b.start();
+    for c in [&a, &b] {
+        c.sql(TABLE);
+        c.sql("CREATE PUBLICATION pub FOR TABLE t");
+    }
+    subscribe(&a, &b, "sub_from_b");
+    subscribe(&b, &a, "sub_from_a");
+    let bench = ["-c", "4", "-j", "2", "-t", "500"];
+    thread::scope(|s| {
+        let ha = s.spawn(|| a.pgbench_ok(INSERT, &bench));
+        b.pgbench_ok(INSERT, &bench);
+        ha.join().unwrap();
+    });
+    // B crashes while A writes, comes back with its clock 3 s behind, and writes again.
+    let b_max = b.sql_i64("SELECT max(id) FROM t WHERE origin = 2");
+    thread::scope(|s| {
+        let ha = s.spawn(|| a.pgbench_ok(INSERT, &["-c", "2", "-j", "1", "-T", "8"]));
+        thread::sleep(Duration::from_secs(1));
+        b.stop("immediate");
+        b.set_fake_offset("-3s");
+        b.start();
+        assert!(b.clock_offset_s() < -2.5, "B's clock is not behind");
+        b.pgbench_ok(INSERT, &bench);
+        ha.join().unwrap();
+    });
+    converge(&[&a, &b], 60);
+    assert_eq!(
+        b.sql(&format!(
+            "SELECT count(*), count(*) FILTER (WHERE id > {b_max}) FROM t WHERE origin = 2"
+        )),
+        "4000|2000",
+        "B's IDs after the crash are above its IDs before it"
+    );
+    for c in [&a, &b] {
+        assert_rows_carry_their_node(c);
+        assert_no_conflicts(c);
+    }
+}
+
+/// Runs README recipes in one shell, as a user pastes them, with `vars` set.
+fn run_recipes(blocks: &[&str], vars: &[(&str, String)]) {
+    let script: Vec<String> = blocks.iter().map(|b| readme_recipe(b)).collect();
+    let path = format!(
+        "{}:{}",
+        common::bindir().display(),
+        std::env::var("PATH").unwrap()
+    );
+    let out = Command::new("bash")
+        .arg("-c")
+        .arg(script.join("\n"))
+        .env("PATH", path)
+        .envs(vars.iter().map(|(k, v)| (*k, v.as_str())))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "README recipes {blocks:?} failed:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn uris(nodes: &[&Cluster]) -> String {
+    nodes.iter().map(|c| c.uri()).collect::<Vec<_>>().join(" ")
+}
+
+fn claims_seen(c: &Cluster) -> String {
+    c.sql("SELECT string_agg(datacenter_id || '/' || worker_id, ',' ORDER BY datacenter_id, worker_id) FROM _snowflake.claims")
+}
+
+#[test]
+fn three_writers_with_the_readme_recipes_add_and_retire_a_node() {
+    if pg_major() < 16 {
+        return origin_none_is_refused_before_16();
+    }
+    let mut n1 = node("mesh-1", 1, 1);
+    let mut n2 = node("mesh-2", 1, 2);
+    let mut n3 = node("mesh-3", 2, 1);
+    n2.fake_time(None);
+    for c in [&mut n1, &mut n2, &mut n3] {
+        c.start();
+        c.sql(TABLE);
+    }
+    let tables = ("TABLES", "t".to_string());
+    run_recipes(
+        &["mesh-functions", "mesh"],
+        &[("NODES", uris(&[&n1, &n2, &n3])), tables.clone()],
+    );
+
+    let bench = ["-c", "2", "-j", "1", "-t", "300"];
+    thread::scope(|s| {
+        let h1 = s.spawn(|| n1.pgbench_ok(INSERT, &bench));
+        let h3 = s.spawn(|| n3.pgbench_ok(INSERT, &bench));
+        n2.pgbench_ok(INSERT, &bench);
+        h1.join().unwrap();
+        h3.join().unwrap();
+    });
+    // n2 crashes and comes back 3 s behind; everyone writes again.
+    n2.stop("immediate");
+    n2.set_fake_offset("-3s");
+    n2.start();
+    thread::scope(|s| {
+        let h1 = s.spawn(|| n1.pgbench_ok(INSERT, &bench));
+        let h3 = s.spawn(|| n3.pgbench_ok(INSERT, &bench));
+        n2.pgbench_ok(INSERT, &bench);
+        h1.join().unwrap();
+        h3.join().unwrap();
+    });
+    converge(&[&n1, &n2, &n3], 60);
+    assert_eq!(n1.sql("SELECT count(*) FROM t"), "3600");
+    // Every node knows every node's claim, and none refuses.
+    for c in [&n1, &n2, &n3] {
+        assert!(
+            eventually(15, || claims_seen(c) == "1/1,1/2,2/1"),
+            "{}",
+            claims_seen(c)
+        );
+        assert_eq!(
+            c.sql("SELECT claim_conflict_with IS NULL FROM snowflake_node()"),
+            "t"
+        );
+    }
+
+    // A fourth node joins (writes paused): it copies the rows, then everyone writes.
+    let mut n4 = node("mesh-4", 2, 2);
+    n4.start();
+    n4.sql(TABLE);
+    run_recipes(
+        &["mesh-functions", "mesh-add"],
+        &[
+            ("NEW", n4.uri()),
+            ("NODES", uris(&[&n1, &n2, &n3])),
+            tables.clone(),
+        ],
+    );
+    n4.wait_for(
+        "SELECT count(*) FROM pg_subscription_rel WHERE srsubstate <> 'r'",
+        "0",
+        60,
+    );
+    thread::scope(|s| {
+        let h1 = s.spawn(|| n1.pgbench_ok(INSERT, &bench));
+        let h2 = s.spawn(|| n2.pgbench_ok(INSERT, &bench));
+        let h3 = s.spawn(|| n3.pgbench_ok(INSERT, &bench));
+        n4.pgbench_ok(INSERT, &bench);
+        for h in [h1, h2, h3] {
+            h.join().unwrap();
+        }
+    });
+    converge(&[&n1, &n2, &n3, &n4], 60);
+    assert_eq!(n4.sql("SELECT count(*) FROM t"), "6000");
+
+    // n4 retires: its subscriptions and slots go, and so does its claim everywhere.
+    run_recipes(
+        &["mesh-functions", "mesh-retire"],
+        &[
+            ("OLD", n4.uri()),
+            ("NODES", uris(&[&n1, &n2, &n3, &n4])),
+            tables,
+        ],
+    );
+    for c in [&n1, &n2, &n3] {
+        assert_eq!(
+            c.sql("SELECT count(*) FROM pg_replication_slots"),
+            "2",
+            "slots of the two remaining peers"
+        );
+        assert!(
+            eventually(15, || claims_seen(c) == "1/1,1/2,2/1"),
+            "{}",
+            claims_seen(c)
+        );
+        c.pgbench_ok(INSERT, &["-c", "1", "-t", "100"]);
+    }
+    converge(&[&n1, &n2, &n3], 60);
+    for c in [&n1, &n2, &n3, &n4] {
+        assert_rows_carry_their_node(c);
+        assert_no_conflicts(c);
+    }
+}
+
+/// `snowflake_nextval()` on `c` refuses, naming the pair.
+fn refuses(c: &Cluster) -> bool {
+    match c.try_sql("SELECT snowflake_nextval()") {
+        Err(e) => {
+            assert_eq!(e.sqlstate, "55000", "{}", e.raw);
+            assert!(
+                e.message.contains("worker_id 5") && e.message.contains("datacenter_id 1"),
+                "{}",
+                e.raw
+            );
+            assert!(
+                e.detail.contains("system identifier") && !e.hint.is_empty(),
+                "{}",
+                e.raw
+            );
+            true
+        }
+        Ok(_) => false,
+    }
+}
+
+fn sysid(c: &Cluster) -> String {
+    c.sql("SELECT system_identifier FROM pg_control_system()")
+}
+
+#[test]
+fn two_servers_with_one_worker_id_both_refuse_until_one_is_gone() {
+    let mut a = node("dup-a", 1, 5);
+    let mut b = node("dup-b", 1, 5);
+    for c in [&mut a, &mut b] {
+        c.start();
+        c.sql("CREATE EXTENSION snowflake; SELECT snowflake_nextval()");
+    }
+    for c in [&a, &b] {
+        c.sql("CREATE PUBLICATION pub FOR ALL TABLES");
+    }
+    if pg_major() >= 16 {
+        subscribe(&a, &b, "sub_from_b");
+        subscribe(&b, &a, "sub_from_a");
+        assert!(
+            eventually(30, || refuses(&a) && refuses(&b)),
+            "no refusal within 30 s"
+        );
+    } else {
+        // 15: one way only (no `origin = none`), so only the subscriber can see the other.
+        b.sql(&format!(
+            "CREATE SUBSCRIPTION sub_from_a CONNECTION '{}' PUBLICATION pub WITH (copy_data = false)",
+            a.conninfo()
+        ));
+        assert!(eventually(30, || refuses(&b)), "no refusal within 30 s");
+        assert!(
+            !refuses(&a),
+            "the publisher cannot see the subscriber's claim"
+        );
+    }
+    assert_eq!(
+        b.sql("SELECT claim_conflict_with::text, claim_conflict_seen IS NOT NULL FROM snowflake_node()"),
+        format!("{}|t", sysid(&a))
+    );
+    let warnings = b.log().matches("are also claimed by the server").count();
+    assert_eq!(warnings, 1, "one WARNING when the conflict starts");
+
+    // A goes away and its claim is retired on B: B issues again by itself.
+    let a_sysid = sysid(&a);
+    a.stop("fast");
+    b.sql(&format!(
+        "DELETE FROM _snowflake.claims WHERE system_identifier = {a_sysid}"
+    ));
+    assert!(eventually(15, || !refuses(&b)), "B did not resume");
+    assert_eq!(
+        b.sql("SELECT claim_conflict_with IS NULL FROM snowflake_node()"),
+        "t"
+    );
+    assert!(b.log().contains("no longer claimed by another server"));
+}
+
+#[test]
+fn a_claim_expires_ordinary_users_cannot_write_claims_and_restarts_are_no_conflict() {
+    let mut c = node("claims", 1, 5);
+    c.start();
+    c.sql("CREATE EXTENSION snowflake; CREATE ROLE app LOGIN");
+    // The server's own claim, under its system identifier.
+    assert!(eventually(10, || c
+        .sql("SELECT count(*) FROM _snowflake.claims")
+        == "1"));
+    assert_eq!(
+        c.sql("SELECT system_identifier::text FROM _snowflake.claims"),
+        sysid(&c)
+    );
+    // An ordinary user can neither add, change nor remove a claim.
+    for sql in [
+        "INSERT INTO _snowflake.claims VALUES (1, 1, 1, 5, now())",
+        "UPDATE _snowflake.claims SET worker_id = 6",
+        "DELETE FROM _snowflake.claims",
+        "SELECT setval('_snowflake.node_token', 1)",
+    ] {
+        let e = c.try_sql_as("app", sql).expect_err(sql);
+        assert_eq!(e.sqlstate, "42501", "{sql}: {}", e.raw);
+    }
+    assert_eq!(c.sql("SELECT snowflake_nextval() > 0"), "t");
+
+    // A claim on our pair from a server that stops refreshing it: refused, then it expires
+    // (snowflake.claim_expiry = 15 s) and IDs resume by themselves.
+    c.sql("INSERT INTO _snowflake.claims VALUES (12345, 1, 1, 5, now())");
+    assert!(eventually(10, || refuses(&c)), "the claim was not seen");
+    assert_eq!(
+        c.sql("SELECT claim_conflict_with FROM snowflake_node()"),
+        "12345"
+    );
+    assert!(eventually(30, || !refuses(&c)), "the claim did not expire");
+    assert_eq!(
+        c.sql("SELECT claim_conflict_with IS NULL FROM snowflake_node()"),
+        "t"
+    );
+
+    // The same server after a crash and a clean restart: its own claim is no conflict.
+    for mode in ["immediate", "fast"] {
+        c.stop(mode);
+        c.start();
+        assert!(eventually(10, || c.sql(
+            "SELECT count(*) FROM _snowflake.claims WHERE last_seen > now() - interval '5 s'"
+        ) == "1"));
+        assert!(!refuses(&c));
+    }
+}
