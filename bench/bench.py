@@ -30,7 +30,17 @@ ROUNDS = int(os.environ.get("BENCH_ROUNDS", "7"))
 DURATION = int(os.environ.get("BENCH_DURATION", "5"))
 PGBENCH_ROUNDS = int(os.environ.get("BENCH_PGBENCH_ROUNDS", "3"))
 CLIENTS = [int(c) for c in os.environ.get("BENCH_CLIENTS", "1,2,4,8,16").split(",")]
-PARTS = os.environ.get("BENCH_PARTS", "calls,pgbench,sizes,instructions").split(",")
+PARTS = os.environ.get("BENCH_PARTS", "calls,concurrency,pgbench,sizes,instructions,scale").split(",")
+# The scale part: a server with small shared buffers, each key's table grown in steps until its
+# primary-key index is SCALE_FACTOR times shared_buffers (or SCALE_MAX_ROWS).
+SCALE_SHARED_BUFFERS_MB = int(os.environ.get("BENCH_SCALE_SHARED_BUFFERS_MB", "16"))
+SCALE_FACTOR = float(os.environ.get("BENCH_SCALE_FACTOR", "4"))
+SCALE_STEP_ROWS = int(os.environ.get("BENCH_SCALE_STEP_ROWS", "250000"))
+SCALE_MAX_ROWS = int(os.environ.get("BENCH_SCALE_MAX_ROWS", "6000000"))
+SCALE_CLIENTS = int(os.environ.get("BENCH_SCALE_CLIENTS", "4"))
+SCALE_BATCH = int(os.environ.get("BENCH_SCALE_BATCH", "500"))
+SCALE_CHECKPOINT = os.environ.get("BENCH_SCALE_CHECKPOINT_TIMEOUT", "30s")
+CONC_CALLS = int(os.environ.get("BENCH_CONC_CALLS", "2000000"))
 VG_CALLS = int(os.environ.get("BENCH_VG_CALLS", "100000"))
 OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 ROOT = os.geteuid() == 0
@@ -61,7 +71,7 @@ def as_owner(cmd):
 
 
 class Server:
-    def __init__(self, port=54400):
+    def __init__(self, port=54400, conf=""):
         self.dir = tempfile.mkdtemp(prefix="snowflake-bench.")
         if ROOT:
             shutil.chown(self.dir, "postgres")
@@ -79,6 +89,7 @@ shared_buffers = 512MB
 max_connections = 64
 max_wal_size = 4GB
 checkpoint_timeout = 30min
+{conf}
 """)
         self.proc = None
 
@@ -281,6 +292,141 @@ unset multiplot
     subprocess.run(["gnuplot"], input=script, text=True, check=True)
 
 
+def bench_concurrency(s):
+    """Per-call cost with 1 and with 2 backends calling in tight loops at the same time."""
+    s.psql("CREATE SEQUENCE IF NOT EXISTS seq_cache1 CACHE 1;")
+    out = {}
+    for name, expr in [("snowflake_nextval()", "snowflake_nextval()"), ("nextval CACHE 1", "nextval('seq_cache1')"),
+                       ("count(*)", "*")]:
+        sql = f"SELECT count({expr}) FROM generate_series(1, {CONC_CALLS}) x;"
+        for backends in (1, 2):
+            best = None
+            for _ in range(3):
+                t0 = time.monotonic()
+                procs = [subprocess.Popen([f"{BIN}/psql", "-X", "-q", "-h", s.dir, "-p", str(s.port), "-U", "postgres",
+                                           "-d", "postgres", "-c", sql], stdout=subprocess.DEVNULL) for _ in range(backends)]
+                for p in procs:
+                    p.wait()
+                wall = time.monotonic() - t0
+                best = wall if best is None else min(best, wall)
+            out[(name, backends)] = best
+    res = {}
+    for name in ("snowflake_nextval()", "nextval CACHE 1"):
+        for b in (1, 2):
+            # Each backend made CONC_CALLS calls in `wall` seconds; the floor is count(*) alone.
+            per_call = max(out[(name, b)] - out[("count(*)", b)], 0.0) * 1e9 / CONC_CALLS
+            res[(name, b)] = (per_call, b * CONC_CALLS / out[(name, b)])
+    return res
+
+
+def wal_counters(s):
+    b, f = s.psql("SELECT wal_bytes, wal_fpi FROM pg_stat_wal").split("|")
+    return float(b), int(f)
+
+
+def bench_scale():
+    """Grows one table per key until its primary-key index is SCALE_FACTOR x shared_buffers."""
+    s = Server(port=54402, conf=f"""
+shared_buffers = {SCALE_SHARED_BUFFERS_MB}MB
+checkpoint_timeout = {SCALE_CHECKPOINT}
+max_wal_size = 256MB
+""")
+    s.start()
+    series = {}
+    try:
+        s.psql("CREATE EXTENSION snowflake;")
+        limit = SCALE_FACTOR * SCALE_SHARED_BUFFERS_MB * 1048576
+        for kind, col in KINDS.items():
+            if kind == "identity":
+                continue  # the same index and WAL as bigserial
+            s.psql(f"DROP TABLE IF EXISTS s_{kind}; CREATE TABLE s_{kind} ({col}, payload text NOT NULL); CHECKPOINT;")
+            script = os.path.join(s.dir, f"scale_{kind}.sql")
+            with open(script, "w") as f:
+                f.write(f"INSERT INTO s_{kind} (payload) SELECT 'payload' FROM generate_series(1, {SCALE_BATCH});\n")
+            per_client = max(SCALE_STEP_ROWS // (SCALE_CLIENTS * SCALE_BATCH), 1)
+            step_rows = per_client * SCALE_CLIENTS * SCALE_BATCH
+            rows, points = 0, []
+            while rows < SCALE_MAX_ROWS:
+                wal0, fpi0 = wal_counters(s)
+                io0 = s.psql(f"SELECT heap_blks_hit + idx_blks_hit, heap_blks_read + idx_blks_read "
+                             f"FROM pg_statio_user_tables WHERE relname = 's_{kind}'").split("|")
+                t0 = time.monotonic()
+                r = subprocess.run([f"{BIN}/pgbench", "-n", "-h", s.dir, "-p", str(s.port), "-U", "postgres",
+                                    "-c", str(SCALE_CLIENTS), "-j", str(min(SCALE_CLIENTS, os.cpu_count() or 1)),
+                                    "-t", str(per_client), "-f", script, "postgres"], capture_output=True, text=True)
+                wall = time.monotonic() - t0
+                if r.returncode != 0:
+                    raise SystemExit(f"pgbench failed: {r.stderr}")
+                wal1, fpi1 = wal_counters(s)
+                io1 = s.psql(f"SELECT heap_blks_hit + idx_blks_hit, heap_blks_read + idx_blks_read "
+                             f"FROM pg_statio_user_tables WHERE relname = 's_{kind}'").split("|")
+                rows += step_rows
+                idx, tbl = (int(v) for v in s.psql(
+                    f"SELECT pg_relation_size('s_{kind}_pkey'), pg_table_size('s_{kind}')").split("|"))
+                hit = int(io1[0]) - int(io0[0])
+                read = int(io1[1]) - int(io0[1])
+                points.append({
+                    "rows": rows,
+                    "rows_per_s": step_rows / wall,
+                    "wal_per_row": (wal1 - wal0) / step_rows,
+                    "fpi_per_1000": (fpi1 - fpi0) * 1000 / step_rows,
+                    "index_mib": idx / 1048576,
+                    "table_mib": tbl / 1048576,
+                    "hit_ratio": hit / (hit + read) if hit + read else 1.0,
+                })
+                p = points[-1]
+                print(f"  {kind:10s} {rows:9d} rows {p['rows_per_s']:9.0f} rows/s {p['wal_per_row']:6.0f} B WAL/row "
+                      f"{p['fpi_per_1000']:6.1f} FPI/1000 index {p['index_mib']:6.1f} MiB hit {p['hit_ratio']:.3f}", flush=True)
+                if idx >= limit:
+                    break
+            series[kind] = points
+            s.psql(f"DROP TABLE s_{kind}; CHECKPOINT;")
+    finally:
+        s.stop()
+        s.cleanup()
+    return series
+
+
+SCALE_METRICS = [
+    ("rows_per_s", "inserts per second", "rows per second (higher is better)"),
+    ("wal_per_row", "WAL bytes per row", "bytes of WAL per row (lower is better)"),
+    ("fpi_per_1000", "full-page images per 1000 rows", "full-page images per 1000 rows (lower is better)"),
+    ("index_mib", "primary-key index size", "MiB"),
+    ("table_mib", "table size", "MiB"),
+    ("hit_ratio", "shared-buffer hit ratio", "hits / (hits + reads)"),
+]
+
+
+def scale_charts(series):
+    if not shutil.which("gnuplot"):
+        print("gnuplot is missing: no charts")
+        return []
+    tmp = tempfile.mkdtemp()
+    names = []
+    for key, title, ylabel in SCALE_METRICS:
+        plots = []
+        for kind, points in series.items():
+            data = os.path.join(tmp, f"{kind}.{key}.dat")
+            with open(data, "w") as f:
+                for p in points:
+                    f.write(f"{p['rows']} {p[key]}\n")
+            plots.append(f"'{data}' using ($1/1e6):2 with linespoints lw 2 title '{kind}'")
+        name = f"scale-{key}-pg{MAJOR}.png"
+        subprocess.run(["gnuplot"], text=True, check=True, input=f"""
+set terminal pngcairo size 900,450 font 'sans,10' noenhanced
+set output '{os.path.join(OUT, name)}'
+set title '{title} as the table grows (PostgreSQL {MAJOR}, shared_buffers {SCALE_SHARED_BUFFERS_MB} MB)'
+set xlabel 'rows (millions)'
+set ylabel '{ylabel}'
+set key left top
+set grid
+set yrange [0:*]
+plot {", ".join(plots)}
+""")
+        names.append((title, name))
+    return names
+
+
 def main():
     os.makedirs(OUT, exist_ok=True)
     today = datetime.date.today().isoformat()
@@ -303,6 +449,18 @@ def main():
                 md.append(f"| `{name}` | {med[name]:.1f} | {ns[name]:.1f} | {frac} |")
             md.append("")
             print("\n".join(md[-len(FUNCS) - 3:]), flush=True)
+        if "concurrency" in PARTS:
+            print("1b. concurrency ...", flush=True)
+            conc = bench_concurrency(s)
+            md += ["## 1b. One and two backends calling at once", "",
+                   f"Each backend runs `SELECT count(f) FROM generate_series(1, {CONC_CALLS})`; with 2 backends both run at the "
+                   "same time on this 2-core machine. Best of 3; the floor (`count(*)` with the same number of backends) is "
+                   "subtracted.", "",
+                   "| f | backends | ns per call, each backend | calls per second, all backends |", "|---|---:|---:|---:|"]
+            for (name, b), (ns_, cps) in conc.items():
+                md.append(f"| `{name}` | {b} | {ns_:.1f} | {cps:,.0f} |")
+            md.append("")
+            print("\n".join(md[-6:]), flush=True)
         if "pgbench" in PARTS:
             print("2. pgbench ...", flush=True)
             pg = bench_pgbench(s)
@@ -343,6 +501,34 @@ def main():
             if key in breakdown:
                 md.append(f"| `{key}` | {what} | {breakdown[key]:.0f} |")
         md.append("")
+    if "scale" in PARTS:
+        print("5. scale ...", flush=True)
+        series = bench_scale()
+        charts = scale_charts(series)
+        md += ["## 5. Growing past memory", "",
+               f"A server with `shared_buffers = {SCALE_SHARED_BUFFERS_MB}MB`, `checkpoint_timeout = {SCALE_CHECKPOINT}` "
+               f"and `full_page_writes = on`; for each key a table grows from empty in steps of {SCALE_STEP_ROWS:,} rows, "
+               f"{SCALE_CLIENTS} pgbench clients each inserting batches of {SCALE_BATCH} rows, until its primary-key index "
+               f"is at least {SCALE_FACTOR:g}x shared_buffers. Per step: rows per second, WAL bytes per row and full-page "
+               "images per 1000 rows (`pg_stat_wal`), index and table size, shared-buffer hit ratio of the table and its "
+               "indexes (`pg_statio_user_tables`).", "",
+               ("" if MAJOR >= 18 else f"UUIDv7 is absent: `uuidv7()` is native from PostgreSQL 18, and this is {MAJOR}."),
+               "",
+               "Final step:", "",
+               "| key | rows | rows/s | WAL B/row | FPI/1000 rows | PK index MiB | table MiB | hit ratio |",
+               "|---|---:|---:|---:|---:|---:|---:|---:|"]
+        for kind, points in series.items():
+            p = points[-1]
+            md.append(f"| {kind} | {p['rows']:,} | {p['rows_per_s']:,.0f} | {p['wal_per_row']:.0f} | {p['fpi_per_1000']:.1f} | "
+                      f"{p['index_mib']:.1f} | {p['table_mib']:.1f} | {p['hit_ratio']:.3f} |")
+        md.append("")
+        md += ["Every step (rows: rows/s, WAL B/row, FPI/1000, index MiB, hit ratio):", ""]
+        for kind, points in series.items():
+            md.append(f"- {kind}: " + "; ".join(f"{p['rows'] // 1000}k: {p['rows_per_s']:,.0f}, {p['wal_per_row']:.0f}, "
+                                               f"{p['fpi_per_1000']:.1f}, {p['index_mib']:.1f}, {p['hit_ratio']:.3f}" for p in points))
+        md.append("")
+        for title, name in charts:
+            md += [f"![{title}]({name})", ""]
     text = "\n".join(md)
     for name in (f"{today}-pg{MAJOR}.md", f"latest-pg{MAJOR}.md"):
         with open(os.path.join(OUT, name), "w") as f:
