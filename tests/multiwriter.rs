@@ -70,6 +70,19 @@ fn assert_no_conflicts(c: &Cluster) {
     }
 }
 
+/// The same pgbench insert load on every node at once; each must finish with no failure.
+fn write_on_all(nodes: &[&Cluster], args: &[&str]) {
+    thread::scope(|s| {
+        let handles: Vec<_> = nodes
+            .iter()
+            .map(|c| s.spawn(move || c.pgbench_ok(INSERT, args)))
+            .collect();
+        for h in handles {
+            h.join().unwrap();
+        }
+    });
+}
+
 /// Each row's ID carries the worker ID of the server that inserted it.
 fn assert_rows_carry_their_node(c: &Cluster) {
     assert_eq!(
@@ -104,11 +117,7 @@ fn two_servers_write_both_ways_through_a_crash_with_the_clock_set_back() {
     subscribe(&a, &b, "sub_from_b");
     subscribe(&b, &a, "sub_from_a");
     let bench = ["-c", "4", "-j", "2", "-t", "500"];
-    thread::scope(|s| {
-        let ha = s.spawn(|| a.pgbench_ok(INSERT, &bench));
-        b.pgbench_ok(INSERT, &bench);
-        ha.join().unwrap();
-    });
+    write_on_all(&[&a, &b], &bench);
     // B crashes while A writes, comes back with its clock 3 s behind, and writes again.
     let b_max = b.sql_i64("SELECT max(id) FROM t WHERE origin = 2");
     thread::scope(|s| {
@@ -186,24 +195,12 @@ fn three_writers_with_the_readme_recipes_add_and_retire_a_node() {
     );
 
     let bench = ["-c", "2", "-j", "1", "-t", "300"];
-    thread::scope(|s| {
-        let h1 = s.spawn(|| n1.pgbench_ok(INSERT, &bench));
-        let h3 = s.spawn(|| n3.pgbench_ok(INSERT, &bench));
-        n2.pgbench_ok(INSERT, &bench);
-        h1.join().unwrap();
-        h3.join().unwrap();
-    });
+    write_on_all(&[&n1, &n2, &n3], &bench);
     // n2 crashes and comes back 3 s behind; everyone writes again.
     n2.stop("immediate");
     n2.set_fake_offset("-3s");
     n2.start();
-    thread::scope(|s| {
-        let h1 = s.spawn(|| n1.pgbench_ok(INSERT, &bench));
-        let h3 = s.spawn(|| n3.pgbench_ok(INSERT, &bench));
-        n2.pgbench_ok(INSERT, &bench);
-        h1.join().unwrap();
-        h3.join().unwrap();
-    });
+    write_on_all(&[&n1, &n2, &n3], &bench);
     converge(&[&n1, &n2, &n3], 60);
     assert_eq!(n1.sql("SELECT count(*) FROM t"), "3600");
     // Every node knows every node's claim, and none refuses.
@@ -236,15 +233,7 @@ fn three_writers_with_the_readme_recipes_add_and_retire_a_node() {
         "0",
         60,
     );
-    thread::scope(|s| {
-        let h1 = s.spawn(|| n1.pgbench_ok(INSERT, &bench));
-        let h2 = s.spawn(|| n2.pgbench_ok(INSERT, &bench));
-        let h3 = s.spawn(|| n3.pgbench_ok(INSERT, &bench));
-        n4.pgbench_ok(INSERT, &bench);
-        for h in [h1, h2, h3] {
-            h.join().unwrap();
-        }
-    });
+    write_on_all(&[&n1, &n2, &n3, &n4], &bench);
     converge(&[&n1, &n2, &n3, &n4], 60);
     assert_eq!(n4.sql("SELECT count(*) FROM t"), "6000");
 
