@@ -21,7 +21,7 @@ unix_socket_directories = '$DIR'
 listen_addresses = ''
 CONF
 run "$BIN/pg_ctl" -D "$DIR/data" -l "$DIR/server.log" -w start >/dev/null
-echo "== a throwaway PostgreSQL on socket $DIR, port $PORT, datacenter 1, worker 7"
+echo "== a throwaway $("$BIN/postgres" --version | sed "s/^postgres //") on socket $DIR, port $PORT, datacenter 1, worker 7"
 
 "$BIN/psql" -X -h "$DIR" -p "$PORT" -U postgres -d postgres -v ON_ERROR_STOP=1 -e <<'SQL'
 CREATE EXTENSION snowflake;
