@@ -146,7 +146,9 @@ fn two_servers_write_both_ways_through_a_crash_with_the_clock_set_back() {
 
 /// Runs README recipes in one shell, as a user pastes them, with `vars` set.
 fn run_recipes(blocks: &[&str], vars: &[(&str, String)]) {
-    let script: Vec<String> = blocks.iter().map(|b| readme_recipe(b)).collect();
+    // The test stops at the first failing command; a user's shell need not.
+    let mut script = vec!["set -e".to_string()];
+    script.extend(blocks.iter().map(|b| readme_recipe(b)));
     let path = format!(
         "{}:{}",
         common::bindir().display(),

@@ -42,7 +42,8 @@ fn pg_upgrade_keeps_the_keys_and_carries_the_high_water_mark() {
     );
     let out = as_owner(std::path::Path::new("/bin/bash"))
         .arg("-c")
-        .arg(readme_recipe("pg_upgrade"))
+        // The test stops at the first failing command; a user's shell need not.
+        .arg(format!("set -e\n{}", readme_recipe("pg_upgrade")))
         .current_dir(&new.dir)
         .env("OLD_BIN", &old_bin)
         .env("NEW_BIN", &new.bin)
