@@ -198,6 +198,18 @@ fn failover_to_a_standby_whose_clock_is_behind() {
         100000
     );
     assert_all_above(&standby, before, "promoted");
+    // The promoted server inherits the primary's system identifier and its claim: once its own
+    // worker has refreshed that claim, it still sees no other server on its pair.
+    let promoted_at = standby.sql("SELECT now()");
+    assert!(common::eventually(20, || standby.sql(&format!(
+        "SELECT count(*) FROM _snowflake.claims WHERE last_seen > '{promoted_at}'"
+    )) == "1"));
+    assert_eq!(
+        standby.sql(
+            "SELECT claim_conflict_with IS NULL, snowflake_nextval() > 0 FROM snowflake_node()"
+        ),
+        "t|t"
+    );
 }
 
 #[test]
