@@ -122,18 +122,6 @@ pub const NO_CLAIM: Claim = Claim {
     last_seen_unix_ms: 0,
 };
 
-/// The conflicting claim, if the generator is refusing because of one.
-pub fn current_conflict() -> Option<Claim> {
-    let g = GENERATOR.share();
-    g.state.refused.then_some(g.conflict)
-}
-
-fn format_time(unix_ms: i64) -> String {
-    TimestampWithTimeZone::try_from(unix_ms_to_pg_timestamp(unix_ms))
-        .map(|t| t.to_string())
-        .unwrap_or_else(|_| format!("{unix_ms} ms after 1970"))
-}
-
 pub fn last_seen(c: &Claim) -> Option<TimestampWithTimeZone> {
     TimestampWithTimeZone::try_from(unix_ms_to_pg_timestamp(c.last_seen_unix_ms)).ok()
 }
@@ -141,12 +129,15 @@ pub fn last_seen(c: &Claim) -> Option<TimestampWithTimeZone> {
 /// The error of `snowflake_nextval()` while another live server claims our pair.
 pub fn refuse() -> ! {
     let node = config::node();
-    let other = current_conflict().unwrap_or(NO_CLAIM);
+    let other = GENERATOR.share().conflict().unwrap_or(NO_CLAIM);
+    let seen = last_seen(&other)
+        .map(|t| t.to_string())
+        .unwrap_or_else(|| format!("{} ms after 1970", other.last_seen_unix_ms));
     errors::node_claimed(
         node.datacenter(),
         node.worker(),
         other.system_identifier,
-        &format_time(other.last_seen_unix_ms),
+        &seen,
         config::claim_expiry_ms() / 1000,
     )
 }

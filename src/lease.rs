@@ -85,6 +85,8 @@ pub extern "C-unwind" fn snowflake_lease_worker_main(_arg: pg_sys::Datum) {
     }
     log!("snowflake lease worker started; persisted high-water mark {mark} (Unix ms)");
 
+    // The claim is refreshed first: backends wait for the first lease, so after a start no ID is
+    // issued before the fleet check has looked at the other servers' claims.
     let mut conflict = None;
     let mut claimed_at: Option<std::time::Instant> = None;
     loop {

@@ -37,6 +37,13 @@ impl Default for Shared {
     }
 }
 
+impl Shared {
+    /// The other server's claim while the generator refuses because of it.
+    pub fn conflict(&self) -> Option<crate::core::fleet::Claim> {
+        self.state.refused.then_some(self.conflict)
+    }
+}
+
 // SAFETY: plain old data; the one address in it points into shared memory itself.
 unsafe impl PGRXSharedMemory for Shared {}
 

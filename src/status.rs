@@ -48,7 +48,7 @@ fn snowflake_node() -> TableIterator<
     let now = SystemClock.now_unix_ms() - epoch_ms();
     let node = config::node();
     let issued_any = shared.state.stats.issued > 0 || shared.state.last_ms > 0;
-    let conflict = shared.state.refused.then_some(shared.conflict);
+    let conflict = shared.conflict();
     TableIterator::once((
         node.datacenter() as i32,
         node.worker() as i32,
