@@ -20,9 +20,10 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 deps:
 	@PG_MAJOR=$(PG_MAJOR) scripts/deps.sh
 
-# The path of this major's pg_config and nothing else: `make -s pg-config PG_MAJOR=18`.
+# The path of this major's pg_config and nothing else: `make -s pg-config PG_MAJOR=18`. It runs
+# the script itself (not $(shell ...), which would hide its failure for a major we cannot install).
 pg-config:
-	@echo $(PG_CONFIG)
+	@$(if $(filter command line environment,$(origin PG_CONFIG)),echo $(PG_CONFIG),scripts/pg.sh $(PG_MAJOR))
 
 # Release build, installed into the server of $(PG_CONFIG).
 # The scripts under sql/ (the frozen first release and the upgrade scripts) go beside the
