@@ -58,8 +58,9 @@ $fn$;
 COMMENT ON FUNCTION snowflake_partitions(regclass) IS
   'The range partitions of a table partitioned on its snowflake key, with their bounds as IDs and as times';
 
--- Creates the partitions that cover [from_ts, to_ts) in steps of `step`, aligned in UTC (days
--- at midnight, hours on the hour, weeks on Mondays). All or nothing: one transaction.
+-- Creates the partitions of the steps in [from_ts, to_ts), both ends rounded down to a step
+-- boundary in UTC (days at midnight, hours on the hour, weeks on Mondays), and at least the step
+-- that holds from_ts. All or nothing: one transaction.
 CREATE FUNCTION snowflake_create_partitions(
     parent regclass,
     from_ts timestamptz,
@@ -73,6 +74,7 @@ DECLARE
     step_ms numeric;
     lower_ts timestamptz;
     upper_ts timestamptz;
+    last_ts timestamptz;
     lo bigint;
     hi bigint;
     schema_name name;
@@ -95,7 +97,10 @@ BEGIN
     EXECUTE format('LOCK TABLE %s IN SHARE UPDATE EXCLUSIVE MODE', parent);
     -- 2000-01-03 was a Monday at midnight UTC.
     lower_ts := date_bin(step, from_ts, '2000-01-03 00:00:00+00');
-    WHILE lower_ts < to_ts LOOP
+    -- to_ts's own step is left out (unless it is from_ts's): "three days ago to two days ahead"
+    -- is five whole days, whatever the time of day.
+    last_ts := greatest(date_bin(step, to_ts, '2000-01-03 00:00:00+00'), lower_ts + step);
+    WHILE lower_ts < last_ts LOOP
         upper_ts := lower_ts + step;
         lo := @extschema@.snowflake_min_id(lower_ts);
         hi := @extschema@.snowflake_min_id(upper_ts);
@@ -114,7 +119,7 @@ BEGIN
 END
 $fn$;
 COMMENT ON FUNCTION snowflake_create_partitions(regclass, timestamptz, timestamptz, interval) IS
-  'Create the missing range partitions of a snowflake-keyed table that cover [from_ts, to_ts), one per step (UTC-aligned); returns those created';
+  'Create the missing range partitions of a snowflake-keyed table for the steps in [from_ts, to_ts), both rounded down to UTC step boundaries; returns those created';
 
 -- Drops the partitions whose whole range lies before snowflake_min_id(older_than): none of them
 -- can hold an ID of older_than or later.

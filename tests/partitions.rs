@@ -105,6 +105,33 @@ fn create_route_prune_and_drop_daily_partitions() {
 }
 
 #[test]
+fn arguments_at_any_time_of_day_mean_whole_days() {
+    let c = server();
+    c.sql("CREATE TABLE days_t (id bigint PRIMARY KEY DEFAULT snowflake_nextval()) PARTITION BY RANGE (id)");
+    // "Three days ago to two days ahead" from now(): the same five days as from midnights.
+    let made = c.sql(
+        "SELECT string_agg(p::text, ',' ORDER BY p::text) FROM \
+         snowflake_create_partitions('days_t', now() - interval '3 days', now() + interval '2 days') p",
+    );
+    let expected = c.sql(
+        "SELECT string_agg('days_t_' || to_char(d, 'YYYYMMDD'), ',' ORDER BY d) FROM \
+         generate_series(date_trunc('day', now()) - interval '3 days', date_trunc('day', now()) + interval '1 day', interval '1 day') d",
+    );
+    assert_eq!(made, expected);
+    let plan = c.sql(
+        "EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) \
+         SELECT * FROM days_t WHERE id >= snowflake_min_id(now() - interval '1 day')",
+    );
+    assert!(plan.contains("Subplans Removed: 2"), "{plan}");
+    // A range inside one step still makes that step.
+    c.sql("CREATE TABLE one_t (id bigint PRIMARY KEY) PARTITION BY RANGE (id)");
+    assert_eq!(
+        c.sql("SELECT count(*) FROM snowflake_create_partitions('one_t', now(), now())"),
+        "1"
+    );
+}
+
+#[test]
 fn drop_never_takes_a_partition_that_can_hold_a_newer_id() {
     let c = server();
     c.sql("CREATE TABLE keep_t (id bigint PRIMARY KEY) PARTITION BY RANGE (id)");
@@ -134,10 +161,8 @@ fn sub_day_steps_are_named_by_minute() {
         "SELECT string_agg(p::text, ',' ORDER BY p::text) FROM snowflake_create_partitions('hourly', '{t0}'::timestamptz + interval '90 minutes', '{t0}'::timestamptz + interval '7 hours', '3 hours') p"
     ));
     let d = c.sql(&format!("SELECT to_char('{t0}'::timestamptz, 'YYYYMMDD')"));
-    assert_eq!(
-        made,
-        format!("hourly_{d}_0000,hourly_{d}_0300,hourly_{d}_0600")
-    );
+    // 01:30 rounds down to 00:00 and 07:00 to 06:00: the steps of 00:00 and 03:00.
+    assert_eq!(made, format!("hourly_{d}_0000,hourly_{d}_0300"));
     assert_eq!(
         c.sql("SELECT DISTINCT to_ts - from_ts FROM snowflake_partitions('hourly')"),
         "03:00:00"
