@@ -84,15 +84,19 @@ fn backend_crash_reinitialises_shared_memory_and_still_never_repeats() {
     let _ = std::process::Command::new("kill")
         .args(["-9", &victim.to_string()])
         .status();
-    c.wait_for(
-        "SELECT count(*) > 0 FROM pg_stat_activity WHERE backend_type = 'snowflake lease'",
-        "t",
-        60,
-    );
+    // First the postmaster sees the crash, then a new worker starts: right after the kill, the
+    // dying worker itself may still be listed.
     assert!(
-        c.log().contains("terminated by signal 9"),
+        common::eventually(60, || c.log().contains("terminated by signal 9")),
         "no crash happened:\n{}",
         c.log()
+    );
+    c.wait_for(
+        &format!(
+            "SELECT count(*) > 0 FROM pg_stat_activity WHERE backend_type = 'snowflake lease' AND pid <> {victim}"
+        ),
+        "t",
+        60,
     );
     assert_eq!(
         c.sql("SELECT ids_issued FROM snowflake_stats()"),
@@ -201,9 +205,11 @@ fn failover_to_a_standby_whose_clock_is_behind() {
     // The promoted server inherits the primary's system identifier and its claim: once its own
     // worker has refreshed that claim, it still sees no other server on its pair.
     let promoted_at = standby.sql("SELECT now()");
-    assert!(common::eventually(20, || standby.sql(&format!(
-        "SELECT count(*) FROM _snowflake.claims WHERE last_seen > '{promoted_at}'"
-    )) == "1"));
+    standby.wait_for(
+        &format!("SELECT count(*) FROM _snowflake.claims WHERE last_seen > '{promoted_at}'"),
+        "1",
+        20,
+    );
     assert_eq!(
         standby.sql(
             "SELECT claim_conflict_with IS NULL, snowflake_nextval() > 0 FROM snowflake_node()"
