@@ -328,6 +328,13 @@ def wal_counters(s):
     return float(b), int(f)
 
 
+def block_counters(s, table):
+    """(hits, reads) of shared buffers for a table and its indexes so far."""
+    h, r = s.psql(f"SELECT heap_blks_hit + idx_blks_hit, heap_blks_read + idx_blks_read "
+                  f"FROM pg_statio_user_tables WHERE relname = '{table}'").split("|")
+    return int(h), int(r)
+
+
 def bench_scale():
     """Grows one table per key until its primary-key index is SCALE_FACTOR x shared_buffers."""
     s = Server(port=54402, conf=f"""
@@ -354,8 +361,7 @@ max_wal_size = 256MB
                 if SCALE_CHECKPOINT_EACH_STEP:
                     s.psql("CHECKPOINT;")
                 wal0, fpi0 = wal_counters(s)
-                io0 = s.psql(f"SELECT heap_blks_hit + idx_blks_hit, heap_blks_read + idx_blks_read "
-                             f"FROM pg_statio_user_tables WHERE relname = 's_{kind}'").split("|")
+                io0 = block_counters(s, f"s_{kind}")
                 t0 = time.monotonic()
                 r = subprocess.run([f"{BIN}/pgbench", "-n", "-h", s.dir, "-p", str(s.port), "-U", "postgres",
                                     "-c", str(SCALE_CLIENTS), "-j", str(min(SCALE_CLIENTS, os.cpu_count() or 1)),
@@ -364,13 +370,11 @@ max_wal_size = 256MB
                 if r.returncode != 0:
                     raise SystemExit(f"pgbench failed: {r.stderr}")
                 wal1, fpi1 = wal_counters(s)
-                io1 = s.psql(f"SELECT heap_blks_hit + idx_blks_hit, heap_blks_read + idx_blks_read "
-                             f"FROM pg_statio_user_tables WHERE relname = 's_{kind}'").split("|")
+                io1 = block_counters(s, f"s_{kind}")
                 rows += step_rows
                 idx, tbl = (int(v) for v in s.psql(
                     f"SELECT pg_relation_size('s_{kind}_pkey'), pg_table_size('s_{kind}')").split("|"))
-                hit = int(io1[0]) - int(io0[0])
-                read = int(io1[1]) - int(io0[1])
+                hit, read = io1[0] - io0[0], io1[1] - io0[1]
                 points.append({
                     "rows": rows,
                     "rows_per_s": step_rows / wall,

@@ -3,7 +3,7 @@
 //! that refuses IDs while another server claims the same datacenter and worker ID.
 
 mod common;
-use common::{eventually, pg_major, readme_recipe, Cluster};
+use common::{eventually, pg_major, readme_script, Cluster};
 use std::process::Command;
 use std::thread;
 use std::time::Duration;
@@ -146,9 +146,6 @@ fn two_servers_write_both_ways_through_a_crash_with_the_clock_set_back() {
 
 /// Runs README recipes in one shell, as a user pastes them, with `vars` set.
 fn run_recipes(blocks: &[&str], vars: &[(&str, String)]) {
-    // The test stops at the first failing command; a user's shell need not.
-    let mut script = vec!["set -e".to_string()];
-    script.extend(blocks.iter().map(|b| readme_recipe(b)));
     let path = format!(
         "{}:{}",
         common::bindir().display(),
@@ -156,7 +153,7 @@ fn run_recipes(blocks: &[&str], vars: &[(&str, String)]) {
     );
     let out = Command::new("bash")
         .arg("-c")
-        .arg(script.join("\n"))
+        .arg(readme_script(blocks))
         .env("PATH", path)
         .envs(vars.iter().map(|(k, v)| (*k, v.as_str())))
         .output()
@@ -173,9 +170,7 @@ fn uris(nodes: &[&Cluster]) -> String {
     nodes.iter().map(|c| c.uri()).collect::<Vec<_>>().join(" ")
 }
 
-fn claims_seen(c: &Cluster) -> String {
-    c.sql("SELECT string_agg(datacenter_id || '/' || worker_id, ',' ORDER BY datacenter_id, worker_id) FROM _snowflake.claims")
-}
+const CLAIMS_SEEN: &str = "SELECT string_agg(datacenter_id || '/' || worker_id, ',' ORDER BY datacenter_id, worker_id) FROM _snowflake.claims";
 
 #[test]
 fn three_writers_with_the_readme_recipes_add_and_retire_a_node() {
@@ -207,11 +202,7 @@ fn three_writers_with_the_readme_recipes_add_and_retire_a_node() {
     assert_eq!(n1.sql("SELECT count(*) FROM t"), "3600");
     // Every node knows every node's claim, and none refuses.
     for c in [&n1, &n2, &n3] {
-        assert!(
-            eventually(15, || claims_seen(c) == "1/1,1/2,2/1"),
-            "{}",
-            claims_seen(c)
-        );
+        c.wait_for(CLAIMS_SEEN, "1/1,1/2,2/1", 15);
         assert_eq!(
             c.sql("SELECT claim_conflict_with IS NULL FROM snowflake_node()"),
             "t"
@@ -254,11 +245,7 @@ fn three_writers_with_the_readme_recipes_add_and_retire_a_node() {
             "2",
             "slots of the two remaining peers"
         );
-        assert!(
-            eventually(15, || claims_seen(c) == "1/1,1/2,2/1"),
-            "{}",
-            claims_seen(c)
-        );
+        c.wait_for(CLAIMS_SEEN, "1/1,1/2,2/1", 15);
         c.pgbench_ok(INSERT, &["-c", "1", "-t", "100"]);
     }
     converge(&[&n1, &n2, &n3], 60);
@@ -350,9 +337,7 @@ fn a_claim_expires_ordinary_users_cannot_write_claims_and_restarts_are_no_confli
     c.start();
     c.sql("CREATE EXTENSION snowflake; CREATE ROLE app LOGIN");
     // The server's own claim, under its system identifier.
-    assert!(eventually(10, || c
-        .sql("SELECT count(*) FROM _snowflake.claims")
-        == "1"));
+    c.wait_for("SELECT count(*) FROM _snowflake.claims", "1", 10);
     assert_eq!(
         c.sql("SELECT system_identifier::text FROM _snowflake.claims"),
         sysid(&c)
@@ -387,9 +372,11 @@ fn a_claim_expires_ordinary_users_cannot_write_claims_and_restarts_are_no_confli
     for mode in ["immediate", "fast"] {
         c.stop(mode);
         c.start();
-        assert!(eventually(10, || c.sql(
-            "SELECT count(*) FROM _snowflake.claims WHERE last_seen > now() - interval '5 s'"
-        ) == "1"));
+        c.wait_for(
+            "SELECT count(*) FROM _snowflake.claims WHERE last_seen > now() - interval '5 s'",
+            "1",
+            10,
+        );
         assert!(!refuses(&c));
     }
 }

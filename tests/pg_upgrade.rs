@@ -3,7 +3,7 @@
 //! data, so the upgraded server issues IDs above the old maximum even when its clock is behind.
 
 mod common;
-use common::{as_owner, bindir, pg_config_of, pg_major, readme_recipe, Cluster};
+use common::{as_owner, bindir, pg_config_of, pg_major, readme_script, Cluster};
 
 #[test]
 fn pg_upgrade_keeps_the_keys_and_carries_the_high_water_mark() {
@@ -42,8 +42,7 @@ fn pg_upgrade_keeps_the_keys_and_carries_the_high_water_mark() {
     );
     let out = as_owner(std::path::Path::new("/bin/bash"))
         .arg("-c")
-        // The test stops at the first failing command; a user's shell need not.
-        .arg(format!("set -e\n{}", readme_recipe("pg_upgrade")))
+        .arg(readme_script(&["pg_upgrade"]))
         .current_dir(&new.dir)
         .env("OLD_BIN", &old_bin)
         .env("NEW_BIN", &new.bin)

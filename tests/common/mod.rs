@@ -521,17 +521,8 @@ impl Cluster {
 
     /// Polls `sql` until it returns `expected`, for at most `secs` seconds.
     pub fn wait_for(&self, sql: &str, expected: &str, secs: u64) {
-        let until = std::time::Instant::now() + std::time::Duration::from_secs(secs);
-        loop {
-            let got = self.try_sql(sql);
-            if got.as_deref() == Ok(expected) {
-                return;
-            }
-            assert!(
-                std::time::Instant::now() < until,
-                "{sql} still gives {got:?}, not {expected}"
-            );
-            std::thread::sleep(std::time::Duration::from_millis(200));
+        if !eventually(secs, || self.try_sql(sql).as_deref() == Ok(expected)) {
+            panic!("{sql} still gives {:?}, not {expected}", self.try_sql(sql));
         }
     }
 
@@ -616,6 +607,14 @@ impl Drop for Cluster {
             let _ = fs::remove_dir_all(&self.dir);
         }
     }
+}
+
+/// README shell blocks as one script, in order, as a user pastes them into one shell. The test
+/// stops at the first failing command; a user's shell need not, so the blocks have no `set -e`.
+pub fn readme_script(blocks: &[&str]) -> String {
+    let mut script = vec!["set -e".to_string()];
+    script.extend(blocks.iter().map(|b| readme_recipe(b)));
+    script.join("\n")
 }
 
 /// The shell block that follows `<!-- recipe: NAME -->` in README.md, exactly as a user reads it.
