@@ -29,6 +29,11 @@ pub struct Stats {
     /// Times the wall clock was seen to go backwards (one per episode, not per call).
     pub clock_back_events: u64,
     pub largest_clock_back_ms: u64,
+    /// Times the lease worker saw the wall clock jump forward (see `lease::forward_jump`), and the
+    /// largest such jump: IDs issued after one are dated that far ahead of real time if the clock
+    /// was wrong.
+    pub clock_forward_jumps: u64,
+    pub largest_clock_forward_ms: u64,
     pub waits: u64,
     pub errors: u64,
 }
@@ -91,6 +96,9 @@ pub enum FloorError {
 pub enum GenError {
     /// The clock reads more than the allowed drift behind the last issued timestamp.
     ClockBehind { behind_ms: u64, max_drift_ms: u64 },
+    /// The clock reads before the epoch, further than the allowed drift: a machine that booted
+    /// without a hardware clock, or an epoch set in the future.
+    BeforeEpoch { before_ms: u64 },
     /// The 41-bit timestamp is used up (the year 2080 with Twitter's epoch).
     TimestampExhausted,
     /// Another live server claims this server's datacenter and worker ID.
@@ -104,6 +112,9 @@ impl fmt::Display for GenError {
                 f,
                 "clock is {behind_ms} ms behind the last issued snowflake timestamp, more than the allowed {max_drift_ms} ms"
             ),
+            GenError::BeforeEpoch { before_ms } => {
+                write!(f, "clock reads {before_ms} ms before the snowflake epoch")
+            }
             GenError::TimestampExhausted => write!(f, "snowflake timestamp range is exhausted"),
             GenError::Refused => write!(
                 f,
@@ -139,6 +150,8 @@ impl State {
                 borrowed_ms: 0,
                 clock_back_events: 0,
                 largest_clock_back_ms: 0,
+                clock_forward_jumps: 0,
+                largest_clock_forward_ms: 0,
                 waits: 0,
                 errors: 0,
             },
@@ -200,6 +213,12 @@ impl State {
         let lead = (ms as i64 - now_ms).max(0);
         if lead > max_drift {
             let behind = (self.last_ms as i64 - now_ms).max(0);
+            if now_ms < 0 {
+                self.stats.errors += 1;
+                return Err(GenError::BeforeEpoch {
+                    before_ms: now_ms.unsigned_abs(),
+                });
+            }
             if behind > max_drift || ms != self.last_ms + 1 {
                 self.stats.errors += 1;
                 return Err(GenError::ClockBehind {
@@ -422,7 +441,7 @@ mod tests {
         issued(&mut s, 1000, u64::MAX);
         assert!(matches!(
             s.next(i64::MIN, node(), 10),
-            Err(GenError::ClockBehind { .. })
+            Err(GenError::BeforeEpoch { .. })
         ));
         assert_eq!(
             s.next(i64::MAX, node(), 10),
@@ -432,6 +451,19 @@ mod tests {
             s.next(-1000, node(), u64::MAX),
             Ok(Step::Issued(_))
         ));
+    }
+
+    #[test]
+    fn a_clock_before_the_epoch_is_its_own_error_until_it_passes_the_epoch() {
+        let mut s = State::new();
+        assert_eq!(
+            s.next(-5_000, node(), 1000),
+            Err(GenError::BeforeEpoch { before_ms: 5_000 })
+        );
+        // Within the drift of the epoch, the first millisecond is borrowed as usual.
+        assert!(matches!(s.next(-500, node(), 1000), Ok(Step::Issued(_))));
+        let id = issued(&mut s, 10, 1000);
+        assert_eq!(decompose(id).unwrap().ms, 10);
     }
 
     #[test]
@@ -518,8 +550,11 @@ mod tests {
                         prop_assert!(until_ms > now && until_ms <= now + 1);
                     }
                     Ok(Step::WaitLease { .. }) => prop_assert!(false, "no lease was set"),
+                    Err(GenError::BeforeEpoch { before_ms }) => {
+                        prop_assert!(now < 0 && before_ms == now.unsigned_abs());
+                    }
                     Err(GenError::ClockBehind { behind_ms, .. }) => {
-                        prop_assert!(behind_ms > drift);
+                        prop_assert!(now >= 0 && behind_ms > drift);
                         prop_assert_eq!(before as i64 - now, behind_ms as i64);
                     }
                     Err(e) => prop_assert!(false, "unexpected {:?}", e),

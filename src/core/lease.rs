@@ -4,6 +4,9 @@
 //! `>= ms` must already be durable (WAL-logged and flushed), so that after any restart, crash or
 //! failover the generator starts above the lease and so above every ID issued before. Renewing
 //! it is a background job: the hot path only compares against the lease held in shared memory.
+//!
+//! A lease is written only when IDs need it. A server whose clock is wrong (ahead) at start-up but
+//! issues nothing therefore persists nothing wrong, and is unaffected once its clock is corrected.
 
 /// How far ahead of issued time a renewal puts the lease. Half the allowed drift, because after a
 /// restart the generator resumes at the lease, up to this far ahead of a correct clock, and that
@@ -19,8 +22,9 @@ pub fn lease_length_ms(max_drift_ms: u64) -> u64 {
 /// * `lease_ms`: the current lease, 0 when none has been written since start-up;
 /// * `wanted`: IDs were issued since the last renewal, or a backend is waiting for a lease.
 ///
-/// An idle server stops renewing (no WAL traffic when nothing is issued); the first ID after a
-/// pause then waits for one renewal.
+/// Nothing is written unless IDs want it: not at start-up, and not while the server is idle (no
+/// WAL traffic when nothing is issued); the first ID after start-up or a pause waits for one
+/// renewal.
 pub fn renewal(
     now_ms: i64,
     last_ms: u64,
@@ -31,26 +35,57 @@ pub fn renewal(
     let length = lease_length_ms(max_drift_ms);
     let base = (now_ms.max(0) as u64).max(last_ms);
     let running_low = lease_ms < base + length / 2;
-    if lease_ms == 0 || (wanted && running_low) {
+    if wanted && running_low {
         Some((base + length).max(lease_ms))
     } else {
         None
     }
 }
 
+/// The generator's floor (a timestamp field, ms since the current epoch) from the persisted mark
+/// (Unix ms) and the epoch in force when it was written (`None`: not recorded, as before 1.3.0, so
+/// the current one is assumed).
+///
+/// IDs compare by their timestamp field, not by Unix time: an ID issued under an earlier epoch
+/// with field `mark - recorded` is above every ID of the current epoch whose field is below that.
+/// So the floor is that field, whatever the epoch is now. If the epoch moved later, the floor is
+/// then ahead of the clock by as much as the epoch moved, and the generator refuses (see
+/// `errors::epoch_moved_later`) rather than issue IDs below old ones.
+pub fn restored_floor(mark_unix_ms: i64, recorded_epoch_ms: Option<i64>, epoch_ms: i64) -> u64 {
+    if mark_unix_ms <= 0 {
+        return 0;
+    }
+    (mark_unix_ms - recorded_epoch_ms.unwrap_or(epoch_ms)).max(0) as u64
+}
+
+/// The smallest forward jump of the wall clock that is reported. NTP slews at most 0.5 ms per
+/// second and the lease worker looks at least every 250 ms, so a real clock never gets near it.
+pub const FORWARD_JUMP_MS: i64 = 1000;
+
+/// A forward jump of the wall clock between two looks: how much more it advanced than the
+/// monotonic clock did (which steps, NTP and a manual `date -s` do not move). `None` below
+/// `FORWARD_JUMP_MS`, and for a clock that went back (the generator counts those itself).
+pub fn forward_jump(wall_advance_ms: i64, monotonic_advance_ms: i64) -> Option<u64> {
+    let jump = wall_advance_ms.saturating_sub(monotonic_advance_ms);
+    (jump >= FORWARD_JUMP_MS).then_some(jump as u64)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
 
     #[test]
-    fn first_lease_is_written_at_once() {
-        assert_eq!(renewal(1000, 0, 0, false, 10_000), Some(2000));
+    fn no_lease_is_written_until_ids_want_one() {
+        // At start-up with a clock two days ahead: nothing is persisted at that time.
+        assert_eq!(renewal(172_800_000, 0, 0, false, 10_000), None);
+        assert_eq!(renewal(1000, 0, 0, true, 10_000), Some(2000));
     }
 
     #[test]
     fn lease_starts_above_a_restored_floor() {
         // After a restart with the clock 10 s behind, the floor (old lease) leads the clock.
-        assert_eq!(renewal(1000, 11_000, 0, false, 60_000), Some(12_000));
+        assert_eq!(renewal(1000, 11_000, 0, true, 60_000), Some(12_000));
     }
 
     #[test]
@@ -70,11 +105,55 @@ mod tests {
     }
 
     #[test]
-    fn lease_never_moves_back_and_stays_within_the_drift() {
-        for drift in [100u64, 1000, 10_000, 86_400_000] {
-            let l = lease_length_ms(drift);
-            assert!(l <= drift / 2 || drift / 2 < 20);
-            assert!(renewal(0, 0, 5000, true, drift).is_none_or(|x| x >= 5000));
+    fn the_floor_is_the_old_epochs_field_whatever_the_epoch_now() {
+        let twitter = 1_288_834_974_657;
+        let y2015 = 1_420_070_400_000;
+        let mark = 1_800_000_000_000;
+        // Same epoch, or none recorded (1.2.0): the mark's field.
+        assert_eq!(
+            restored_floor(mark, Some(twitter), twitter),
+            511_165_025_343
+        );
+        assert_eq!(restored_floor(mark, None, twitter), 511_165_025_343);
+        // Epoch moved later: still the old field, which the new epoch's clock reaches only
+        // (y2015 - twitter) ms later.
+        assert_eq!(restored_floor(mark, Some(twitter), y2015), 511_165_025_343);
+        assert!(restored_floor(mark, Some(twitter), y2015) > (mark - y2015) as u64);
+        // Nothing ever written.
+        assert_eq!(restored_floor(0, None, twitter), 0);
+    }
+
+    #[test]
+    fn forward_jumps_are_told_from_elapsed_time() {
+        assert_eq!(forward_jump(250, 250), None, "a normal look");
+        assert_eq!(forward_jump(900, 10), None, "below the threshold");
+        assert_eq!(forward_jump(172_800_250, 250), Some(172_800_000));
+        assert_eq!(forward_jump(-5_000, 250), None, "backwards");
+        // A server suspended with its VM: both clocks advance alike.
+        assert_eq!(forward_jump(3_600_000, 3_600_000), None);
+    }
+
+    proptest! {
+        /// A renewal never moves the lease back, always covers the last issued timestamp and the
+        /// clock with at least half a lease to spare, and leads them by at most one lease.
+        #[test]
+        fn a_renewal_covers_what_is_issued_and_stays_within_half_the_drift(
+            now in -1_000_000i64..10_000_000,
+            last in 0u64..10_000_000,
+            lease in prop_oneof![Just(0u64), 0u64..12_000_000],
+            wanted: bool,
+            drift in 100u64..200_000,
+        ) {
+            let base = (now.max(0) as u64).max(last);
+            match renewal(now, last, lease, wanted, drift) {
+                Some(new) => {
+                    prop_assert!(wanted);
+                    prop_assert!(new >= lease, "moved back from {} to {}", lease, new);
+                    prop_assert!(new >= base + lease_length_ms(drift));
+                    prop_assert!(new - base <= drift / 2 || new == lease);
+                }
+                None => prop_assert!(!wanted || lease >= base + lease_length_ms(drift) / 2),
+            }
         }
     }
 }
