@@ -90,10 +90,26 @@ unsafe extern "C-unwind" fn nextval_slow(first: &Option<Result<Step, GenError>>)
     );
     match result {
         Ok(id) => id,
-        Err(IssueError::Gen(GenError::Refused)) => crate::fleet::refuse(),
+        Err(IssueError::Gen(GenError::Refused)) => {
+            let foreign = shmem::GENERATOR.share().foreign.get();
+            match foreign {
+                Some((what, owner)) => errors::foreign_object(&what, &owner, &config::database()),
+                None => crate::fleet::refuse(),
+            }
+        }
+        Err(IssueError::Gen(GenError::ClockBehind { behind_ms, .. })) if epoch_moved_later() => {
+            let recorded = shmem::GENERATOR.share().recorded_epoch_ms;
+            errors::epoch_moved_later(recorded, epoch_ms(), behind_ms)
+        }
         Err(IssueError::Gen(e)) => errors::generator(e),
         Err(IssueError::Wait(())) => errors::lease_not_ready(LEASE_WAIT_LIMIT, &config::database()),
     }
+}
+
+/// Whether the persisted mark was written under an epoch earlier than the configured one.
+fn epoch_moved_later() -> bool {
+    let recorded = shmem::GENERATOR.share().recorded_epoch_ms;
+    recorded != i64::MIN && recorded < epoch_ms()
 }
 
 fn parts(id: i64) -> layout::Parts {

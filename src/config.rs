@@ -5,7 +5,7 @@
 //! collide with another server. So every value is checked here first, and a bad one stops the
 //! server at start-up with PostgreSQL's own message for that mistake.
 
-use crate::core::layout::{Node, MAX_DATACENTER, MAX_WORKER, TWITTER_EPOCH_MS};
+use crate::core::layout::{Node, MAX_DATACENTER, MAX_TIMESTAMP, MAX_WORKER, TWITTER_EPOCH_MS};
 use crate::core::time::{parse_epoch, Clock, SystemClock};
 use crate::errors;
 use pgrx::guc::{GucContext, GucFlags, GucRegistry, GucSetting};
@@ -14,9 +14,12 @@ use std::ffi::{CStr, CString};
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 
 pub const DEFAULT_EPOCH: &CStr = c"2010-11-04 01:42:54.657+00";
-pub const DEFAULT_MAX_CLOCK_DRIFT_MS: i32 = 10_000;
-pub const MIN_MAX_CLOCK_DRIFT_MS: i32 = 100;
-pub const MAX_MAX_CLOCK_DRIFT_MS: i32 = 86_400_000;
+pub const DEFAULT_MAX_CLOCK_DRIFT_MS: f64 = 10_000.0;
+pub const MIN_MAX_CLOCK_DRIFT_MS: f64 = 100.0;
+/// Any gap the layout can hold: after a clock that ran ahead by a year is corrected, raising the
+/// drift above the gap lets the server issue again at once (IDs dated in the future until real
+/// time catches up). A real (floating-point) setting, since an integer in ms ends at 24.8 days.
+pub const MAX_MAX_CLOCK_DRIFT_MS: f64 = MAX_TIMESTAMP as f64;
 pub const DEFAULT_CLAIM_EXPIRY_MS: i32 = 60_000;
 const MIN_CLAIM_EXPIRY_MS: i32 = crate::core::fleet::MIN_EXPIRY_MS as i32;
 const MAX_CLAIM_EXPIRY_MS: i32 = 86_400_000;
@@ -24,7 +27,7 @@ const MAX_CLAIM_EXPIRY_MS: i32 = 86_400_000;
 static DATACENTER_ID: GucSetting<i32> = GucSetting::<i32>::new(0);
 static WORKER_ID: GucSetting<i32> = GucSetting::<i32>::new(0);
 static EPOCH: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(Some(DEFAULT_EPOCH));
-static MAX_CLOCK_DRIFT: GucSetting<i32> = GucSetting::<i32>::new(DEFAULT_MAX_CLOCK_DRIFT_MS);
+static MAX_CLOCK_DRIFT: GucSetting<f64> = GucSetting::<f64>::new(DEFAULT_MAX_CLOCK_DRIFT_MS);
 static CLAIM_EXPIRY: GucSetting<i32> = GucSetting::<i32>::new(DEFAULT_CLAIM_EXPIRY_MS);
 static DATABASE: GucSetting<Option<CString>> =
     GucSetting::<Option<CString>>::new(Some(c"postgres"));
@@ -52,8 +55,9 @@ pub fn node() -> Node {
 #[inline]
 pub fn max_clock_drift_ms() -> u64 {
     // SAFETY: PostgreSQL writes the setting only from this (the backend's only) thread, on
-    // reload; reading it directly skips pgrx's per-call thread check on the hot path.
-    unsafe { MAX_CLOCK_DRIFT.as_ptr().read() }.max(0) as u64
+    // reload; reading it directly skips pgrx's per-call thread check on the hot path. The cast
+    // saturates (a negative or NaN value, which the bounds exclude anyway, becomes 0).
+    (unsafe { MAX_CLOCK_DRIFT.as_ptr().read() }) as u64
 }
 
 /// `snowflake.claim_expiry` in ms: how long another server's claim stays live unrefreshed.
@@ -101,6 +105,111 @@ fn parse_int(text: &str, units: &[(&str, i64)]) -> Option<i64> {
         .and_then(|(_, f)| n.checked_mul(*f))
 }
 
+/// Parses a real setting ("1.5s", "400d", "2500"), in the unit it is declared with.
+fn parse_real(text: &str, units: &[(&str, i64)]) -> Option<f64> {
+    let t = text.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || matches!(c, '-' | '+' | '.' | 'e' | 'E')))
+        .unwrap_or(t.len());
+    let (num, unit) = (t[..split].trim(), t[split..].trim());
+    let n: f64 = num.parse().ok().filter(|n: &f64| n.is_finite())?;
+    if unit.is_empty() {
+        return Some(n);
+    }
+    units
+        .iter()
+        .find(|(u, _)| *u == unit)
+        .map(|(_, f)| n * *f as f64)
+}
+
+fn check_real(name: &CStr, min: f64, max: f64, units: &[(&str, i64)]) {
+    let Some(text) = raw_setting(name) else {
+        return;
+    };
+    let pname = name.to_string_lossy();
+    match parse_real(&text, units) {
+        Some(v) if (min..=max).contains(&v) => {}
+        Some(v) => fatal(
+            PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+            format!("{v} ms is outside the valid range for parameter \"{pname}\" ({min} ms .. {max} ms)"),
+            Some(format!("\"{pname}\" allows up to {} days, the whole range of a snowflake timestamp.", (max / 86_400_000.0).floor())),
+            Some("Fix the setting in postgresql.conf (or postgresql.auto.conf) and start the server again."),
+        ),
+        None => fatal(
+            PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+            format!("invalid value for parameter \"{pname}\": \"{text}\""),
+            Some(format!("\"{pname}\" takes a time such as '10s', '2d' or '400d' (ms without a unit).")),
+            None,
+        ),
+    }
+}
+
+/// Every setting this library defines. Any other `snowflake.*` in the configuration is a typo,
+/// and a typo such as `snowflake.workerid = 7` would leave the server running as worker 0, the
+/// very way two servers come to share a pair: it stops the server at start-up.
+pub const SETTINGS: [&str; 6] = [
+    "snowflake.datacenter_id",
+    "snowflake.worker_id",
+    "snowflake.epoch",
+    "snowflake.max_clock_drift",
+    "snowflake.claim_expiry",
+    "snowflake.database",
+];
+
+/// The settings under our prefix that we do not define, each with the one it most likely meant.
+pub fn unknown_settings(names: &[String]) -> Vec<(String, Option<&'static str>)> {
+    let squash = |s: &str| {
+        s.to_ascii_lowercase()
+            .chars()
+            .filter(|c| c.is_ascii_alphanumeric() || *c == '.')
+            .collect::<String>()
+    };
+    names
+        .iter()
+        .filter(|n| n.to_ascii_lowercase().starts_with("snowflake."))
+        .filter(|n| !SETTINGS.iter().any(|k| k.eq_ignore_ascii_case(n)))
+        .map(|n| {
+            let meant = SETTINGS.iter().copied().find(|k| squash(k) == squash(n));
+            (n.clone(), meant)
+        })
+        .collect()
+}
+
+/// The names of every setting PostgreSQL holds now, placeholders included.
+fn all_setting_names() -> Vec<String> {
+    // SAFETY: called in the postmaster while shared_preload_libraries is processed; the array
+    // and the names it points to are PostgreSQL's own and stay valid during the call.
+    unsafe {
+        // 16 moved the settings into a hash table and gave this function a count out-parameter.
+        #[cfg(any(feature = "pg14", feature = "pg15"))]
+        let (vars, n) = (pg_sys::get_guc_variables(), pg_sys::GetNumConfigOptions());
+        #[cfg(not(any(feature = "pg14", feature = "pg15")))]
+        let (vars, n) = {
+            let mut n = 0;
+            (pg_sys::get_guc_variables(&mut n), n)
+        };
+        (0..n.max(0) as usize)
+            .map(|i| *vars.add(i))
+            .filter(|v| !v.is_null() && !(**v).name.is_null())
+            .map(|v| CStr::from_ptr((*v).name).to_string_lossy().into_owned())
+            .collect()
+    }
+}
+
+fn check_unknown_settings() {
+    if let Some((name, meant)) = unknown_settings(&all_setting_names()).into_iter().next() {
+        fatal(
+            PgSqlErrorCode::ERRCODE_UNDEFINED_OBJECT,
+            format!("unrecognized configuration parameter \"{name}\""),
+            Some(format!("snowflake defines only {}.", SETTINGS.join(", "))),
+            Some(&match meant {
+                Some(k) => format!("Did you mean \"{k}\"? Fix postgresql.conf (or postgresql.auto.conf) and start the server again."),
+                None => "Remove or correct it in postgresql.conf (or postgresql.auto.conf) and start the server again.".into(),
+            }),
+        )
+    }
+}
+
 fn check_int(name: &CStr, min: i64, max: i64, units: &[(&str, i64)]) -> Option<i64> {
     let text = raw_setting(name)?;
     let pname = name.to_string_lossy();
@@ -129,19 +238,28 @@ const TIME_UNITS: &[(&str, i64)] = &[
     ("d", 86_400_000),
 ];
 
-/// The epoch from the setting's text, checked: after 1970 and not in the future.
+/// The epoch from the setting's text, checked: from 1970 on, and its 41 bits not yet used up.
+/// An epoch later than the clock is allowed (a machine without a hardware clock may boot at 1970
+/// before NTP sets it): `snowflake_nextval()` refuses until the clock passes it, and a preloaded
+/// library says so in the log at start-up.
 fn check_epoch(level: PgLogLevel) -> i64 {
     let Some(text) = raw_setting(c"snowflake.epoch") else {
         return TWITTER_EPOCH_MS;
     };
-    let problem = match parse_epoch(&text) {
-        Ok(ms) if ms > SystemClock.now_unix_ms() => {
-            format!(
-                "\"{}\" is in the future; IDs can only count time since a past instant.",
-                text.trim()
-            )
+    let now = SystemClock.now_unix_ms();
+    let problem = match parse_epoch(&text).and_then(|ms| epoch_problem(ms, now).map(|_| ms)) {
+        Ok(ms) => {
+            if ms > now && level == PgLogLevel::FATAL {
+                errors::report(
+                    PgLogLevel::WARNING,
+                    PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+                    format!("snowflake.epoch \"{}\" is later than the system clock", text.trim()),
+                    Some(format!("The clock reads {now} ms after 1970, the epoch is {ms}: snowflake_nextval() refuses until the clock passes the epoch.")),
+                    Some("If the clock is right, set snowflake.epoch to a past instant and restart."),
+                );
+            }
+            return ms;
         }
-        Ok(ms) => return ms,
         Err(why) => why,
     };
     errors::report(
@@ -152,6 +270,23 @@ fn check_epoch(level: PgLogLevel) -> i64 {
         Some("Use a past UTC timestamp such as '2015-01-01 00:00:00+00', or milliseconds since 1970."),
     );
     unreachable!("FATAL and ERROR do not return")
+}
+
+/// Why an epoch cannot be used at clock `now` (both Unix ms): before 1970, or so long ago that its
+/// 41 bits of milliseconds are already used up.
+pub fn epoch_problem(epoch_ms: i64, now_unix_ms: i64) -> Result<(), String> {
+    if epoch_ms < 0 {
+        return Err(format!(
+            "The epoch is {epoch_ms} ms after 1970-01-01 UTC; it must not be before 1970."
+        ));
+    }
+    let end = epoch_ms.saturating_add(MAX_TIMESTAMP as i64);
+    if end < now_unix_ms {
+        return Err(format!(
+            "41 bits of milliseconds from this epoch ended at {end} ms after 1970 (69.7 years after it); the clock reads {now_unix_ms}."
+        ));
+    }
+    Ok(())
 }
 
 /// Settings of a library loaded by one backend only (CREATE EXTENSION without preload): the pure
@@ -166,10 +301,11 @@ pub fn init_preloaded() {
     let datacenter =
         check_int(c"snowflake.datacenter_id", 0, MAX_DATACENTER.into(), &[]).unwrap_or(0);
     let worker = check_int(c"snowflake.worker_id", 0, MAX_WORKER.into(), &[]).unwrap_or(0);
-    check_int(
+    check_unknown_settings();
+    check_real(
         c"snowflake.max_clock_drift",
-        MIN_MAX_CLOCK_DRIFT_MS.into(),
-        MAX_MAX_CLOCK_DRIFT_MS.into(),
+        MIN_MAX_CLOCK_DRIFT_MS,
+        MAX_MAX_CLOCK_DRIFT_MS,
         TIME_UNITS,
     );
     check_int(
@@ -207,10 +343,10 @@ pub fn init_preloaded() {
         GucContext::Postmaster,
         GucFlags::default(),
     );
-    GucRegistry::define_int_guc(
+    GucRegistry::define_float_guc(
         c"snowflake.max_clock_drift",
         c"How far the timestamps of issued snowflake IDs may run ahead of the wall clock.",
-        c"Covers clocks stepped backwards and bursts beyond 4096 IDs per millisecond; past it snowflake_nextval() raises an error.",
+        c"Covers clocks stepped backwards and bursts beyond 4096 IDs per millisecond; past it snowflake_nextval() raises an error. Up to the whole 41-bit range, for a clock that ran ahead and was corrected.",
         &MAX_CLOCK_DRIFT,
         MIN_MAX_CLOCK_DRIFT_MS,
         MAX_MAX_CLOCK_DRIFT_MS,
@@ -266,5 +402,59 @@ mod tests {
         assert_eq!(parse_int("2 min", TIME_UNITS), Some(120_000));
         assert_eq!(parse_int("1500", TIME_UNITS), Some(1500));
         assert_eq!(parse_int("5 parsecs", TIME_UNITS), None);
+        assert_eq!(parse_real("400d", TIME_UNITS), Some(34_560_000_000.0));
+        assert_eq!(parse_real("1.5s", TIME_UNITS), Some(1500.0));
+        assert_eq!(parse_real("2500", TIME_UNITS), Some(2500.0));
+        assert_eq!(parse_real("1e3 ms", TIME_UNITS), Some(1000.0));
+        assert_eq!(parse_real("soon", TIME_UNITS), None);
+        assert_eq!(parse_real("nan", TIME_UNITS), None);
+    }
+
+    #[test]
+    fn unknown_snowflake_settings_are_named_with_what_they_meant() {
+        let names: Vec<String> = [
+            "work_mem",
+            "snowflake.worker_id",
+            "Snowflake.Epoch",
+            "snowflake.workerid",
+            "snowflake.DataCenterID",
+            "snowflake.nonsense",
+            "snowflakes.x",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        assert_eq!(
+            unknown_settings(&names),
+            vec![
+                (
+                    "snowflake.workerid".to_string(),
+                    Some("snowflake.worker_id")
+                ),
+                (
+                    "snowflake.DataCenterID".to_string(),
+                    Some("snowflake.datacenter_id")
+                ),
+                ("snowflake.nonsense".to_string(), None),
+            ]
+        );
+    }
+
+    #[test]
+    fn an_epoch_must_be_from_1970_and_its_range_not_used_up() {
+        let now = 1_800_000_000_000;
+        assert!(epoch_problem(TWITTER_EPOCH_MS, now).is_ok());
+        assert!(epoch_problem(0, now).is_ok(), "1970 itself: ends in 2039");
+        assert!(
+            epoch_problem(now + 86_400_000, now).is_ok(),
+            "later than the clock"
+        );
+        let e1950 = crate::core::time::parse_epoch("1950-01-01").unwrap();
+        assert!(epoch_problem(e1950, now)
+            .unwrap_err()
+            .contains("before 1970"));
+        // 1970 + 69.7 years is 2039: the range of a 1970 epoch is used up in 2040.
+        let y2040 = crate::core::time::parse_epoch("2040-01-01").unwrap();
+        assert!(epoch_problem(0, y2040).unwrap_err().contains("ended"));
     }
 }

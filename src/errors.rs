@@ -116,7 +116,16 @@ pub fn generator(e: GenError) -> ! {
             Some(format!(
                 "The clock is {behind_ms} ms behind the timestamp of the last issued ID; snowflake.max_clock_drift allows {max_drift_ms} ms."
             )),
-            Some("IDs resume by themselves once the clock catches up. Check the clock (NTP), or raise snowflake.max_clock_drift to issue IDs further ahead of it."),
+            Some("IDs resume by themselves once the clock catches up. To issue now, raise snowflake.max_clock_drift above the gap and reload (any gap up to the 41-bit range): new IDs are then dated that far in the future until real time catches up. If the clock was ahead and has been corrected, this is the gap it ran ahead by; see \"Clock faults\" in the README."),
+        ),
+        GenError::BeforeEpoch { before_ms } => raise(
+            PgSqlErrorCode::ERRCODE_SYSTEM_ERROR,
+            "could not generate a snowflake ID because the system clock reads before snowflake.epoch".into(),
+            Some(format!(
+                "The clock reads {before_ms} ms before the epoch {} (Unix ms); snowflake timestamps count from it.",
+                crate::config::epoch_ms()
+            )),
+            Some("IDs are issued once the clock passes the epoch. If the clock is right, snowflake.epoch is wrong: set a past instant and restart the server."),
         ),
         // The fleet check reports this with the other server's details (`fleet::refuse`);
         // this is the same error for any path that meets it without them.
@@ -133,6 +142,44 @@ pub fn generator(e: GenError) -> ! {
             Some("Move to a new table with a later snowflake.epoch."),
         ),
     }
+}
+
+/// The lease worker found an object in `_snowflake` that no superuser owns.
+pub fn foreign_object(what: &str, owner: &str, database: &str) -> ! {
+    raise(
+        PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+        "snowflake ID generation is refused: the lease worker does not trust an object it did not create".into(),
+        Some(format!(
+            "{what} in database \"{database}\" is owned by role \"{owner}\", not by a superuser. The lease worker keeps this server's high-water mark in schema _snowflake and runs there as superuser: whoever owns it could lower the mark (and so repeat IDs) or change what the worker runs."
+        )),
+        Some(&format!(
+            "A superuser should find out who made it and why. If it holds no mark of this server (it was made before snowflake first ran there), drop it (DROP SCHEMA _snowflake CASCADE, in database \"{database}\"); if a superuser made it, give it to one (ALTER ... OWNER TO a superuser). The worker looks again every {} s.",
+            2
+        )),
+    )
+}
+
+/// `snowflake.epoch` moved later on a server that issued IDs under an earlier one: new IDs would
+/// be below old ones.
+pub fn epoch_moved_later(recorded_ms: i64, configured_ms: i64, ahead_ms: u64) -> ! {
+    let ts = |ms: i64| {
+        pgrx::datum::TimestampWithTimeZone::try_from(crate::core::time::unix_ms_to_pg_timestamp(ms))
+            .map(|t| t.to_string())
+            .unwrap_or_else(|_| format!("{ms} ms after 1970"))
+    };
+    raise(
+        PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+        "snowflake.epoch is later than the epoch this server issued IDs under".into(),
+        Some(format!(
+            "IDs were issued under the epoch {} ({recorded_ms} Unix ms); snowflake.epoch is now {} ({configured_ms}). An ID counts milliseconds since its epoch, so new IDs would lie below those already issued until {ahead_ms} ms from now.",
+            ts(recorded_ms),
+            ts(configured_ms)
+        )),
+        Some(&format!(
+            "Set snowflake.epoch back to '{}' and restart. An epoch can only move earlier on a server that has issued IDs; a later one needs new tables and a new snowflake.database.",
+            ts(recorded_ms)
+        )),
+    )
 }
 
 /// Another live server claims our (datacenter, worker): issuing would repeat its IDs.

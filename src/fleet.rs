@@ -3,44 +3,103 @@
 //! worker; and the error `snowflake_nextval()` raises while another live server claims our pair.
 //!
 //! The table lives beside the lease in `snowflake.database`. Only the server writes it (and the
-//! replication that brings the peers' rows): PUBLIC has no privilege on the schema or the table.
+//! replication that brings the peers' rows, and a DBA retiring a server): PUBLIC has no privilege
+//! on the schema or the table. Every statement here runs as superuser in a database an ordinary
+//! role may own, so each names its functions and operators with their schema (see `lease.rs`).
 
 use crate::config;
 use crate::core::fleet::{conflict, Claim};
-use crate::core::time::{unix_ms_to_pg_timestamp, Clock, SystemClock};
+use crate::core::layout::{assemble, Node, MAX_SEQUENCE, MAX_TIMESTAMP};
+use crate::core::time::{pg_timestamp_to_unix_ms, unix_ms_to_pg_timestamp, Clock, SystemClock};
 use crate::errors;
 use crate::shmem::GENERATOR;
 use pgrx::bgworkers::BackgroundWorker;
 use pgrx::prelude::*;
 
-/// Created by the lease worker with the lease, in the same transaction.
+/// Created by the lease worker with the lease, in the same transaction (`lease.rs`).
 pub const CLAIMS_DDL: &str = "
-    DO $$ BEGIN
-        IF to_regclass('_snowflake.node_token') IS NULL THEN
-            EXECUTE format('CREATE SEQUENCE _snowflake.node_token AS bigint MINVALUE 1 START %s',
-                           1 + (random() * 4e18)::bigint);
-            COMMENT ON SEQUENCE _snowflake.node_token IS
-              'snowflake: this server''s node token (see _snowflake.claims). Do not copy it to another server.';
-        END IF;
-    END $$;
     CREATE TABLE IF NOT EXISTS _snowflake.claims (
         system_identifier bigint PRIMARY KEY,
         node_token bigint NOT NULL,
         datacenter_id integer NOT NULL,
         worker_id integer NOT NULL,
-        last_seen timestamptz NOT NULL
-    );
-    COMMENT ON TABLE _snowflake.claims IS
-      'snowflake: which server (by system identifier) generates with which datacenter and worker ID; replicate it with your data';
-    REVOKE ALL ON SCHEMA _snowflake FROM PUBLIC;
-    REVOKE ALL ON TABLE _snowflake.claims FROM PUBLIC;
-    REVOKE ALL ON SEQUENCE _snowflake.node_token FROM PUBLIC;";
+        last_seen pg_catalog.timestamptz NOT NULL,
+        lease_id bigint NOT NULL DEFAULT 0,
+        retired boolean NOT NULL DEFAULT false
+    )";
 
 /// The system identifier of this cluster: kept across restarts and crashes, and inherited by a
 /// physical standby, so a promoted standby continues its primary's claim.
 pub fn system_identifier() -> i64 {
     // pg_control_system() shows the same unsigned value cast to bigint.
     unsafe { pg_sys::GetSystemIdentifier() as i64 }
+}
+
+fn node_token() -> i64 {
+    Spi::get_one::<i64>("SELECT last_value FROM _snowflake.node_token")
+        .expect("read the node token")
+        .unwrap_or(0)
+}
+
+/// Every claim, ours included, inside the caller's transaction.
+fn read_claims() -> Vec<Claim> {
+    Spi::connect(|client| {
+        client
+            .select(
+                "SELECT system_identifier, node_token, datacenter_id, worker_id, last_seen, lease_id, retired
+                   FROM _snowflake.claims",
+                None,
+                &[],
+            )
+            .expect("read the claims")
+            .map(|row| {
+                let seen = row.get::<TimestampWithTimeZone>(5).ok().flatten();
+                Claim {
+                    system_identifier: row.get::<i64>(1).ok().flatten().unwrap_or(0),
+                    node_token: row.get::<i64>(2).ok().flatten().unwrap_or(0),
+                    datacenter: row.get::<i32>(3).ok().flatten().unwrap_or(-1) as u32,
+                    worker: row.get::<i32>(4).ok().flatten().unwrap_or(-1) as u32,
+                    // -infinity (or NULL) is long expired; +infinity never expires.
+                    last_seen_unix_ms: seen.map_or(i64::MIN, |t| {
+                        let us: i64 = t.into();
+                        pg_timestamp_to_unix_ms(us).unwrap_or(if us > 0 { i64::MAX } else { i64::MIN })
+                    }),
+                    lease_id: row.get::<i64>(6).ok().flatten().unwrap_or(0),
+                    retired: row.get::<bool>(7).ok().flatten().unwrap_or(false),
+                }
+            })
+            .collect::<Vec<_>>()
+    })
+}
+
+/// The highest ID another server may have issued on our pair (see `core::fleet::handover_floor`),
+/// inside the caller's transaction.
+pub fn handover_floor(node: Node) -> Option<i64> {
+    let claims = read_claims();
+    crate::core::fleet::handover_floor(
+        system_identifier(),
+        node_token(),
+        node.datacenter(),
+        node.worker(),
+        &claims,
+    )
+}
+
+/// The highest ID this server may have issued: the last ID of its lease (or of its floor before
+/// the first lease since start-up).
+fn my_lease_id(node: Node) -> i64 {
+    let g = GENERATOR.share();
+    let lease = if g.state.lease_ms == u64::MAX {
+        0
+    } else {
+        g.state.lease_ms
+    };
+    let ms = lease.max(g.state.last_ms).min(MAX_TIMESTAMP);
+    if ms == 0 {
+        0
+    } else {
+        assemble(ms, node, MAX_SEQUENCE)
+    }
 }
 
 /// Writes this server's claim, reads the others' on its pair, and sets or clears the refusal.
@@ -51,40 +110,31 @@ pub fn refresh(seen: Option<Claim>) -> Option<Claim> {
     let node = config::node();
     let (dc, w) = (node.datacenter(), node.worker());
     let (token, claims) = BackgroundWorker::transaction(|| {
-        let token = Spi::get_one::<i64>("SELECT last_value FROM _snowflake.node_token")
-            .expect("read the node token")
-            .unwrap_or(0);
+        Spi::run("SET LOCAL synchronous_commit = off").expect("set synchronous_commit");
+        let token = node_token();
         // Delete and insert rather than update: a peer that subscribed after our row was made
         // (copy_data = false) has no row to update, and would never learn of us. Our earlier
         // incarnations' claims (before a pg_upgrade) go too, on every peer.
-        Spi::run(&format!(
-            "SET LOCAL synchronous_commit = off;
-             DELETE FROM _snowflake.claims WHERE system_identifier = {me} OR node_token = {token};
-             INSERT INTO _snowflake.claims VALUES ({me}, {token}, {dc}, {w}, now());"
-        ))
+        Spi::run_with_args(
+            "DELETE FROM _snowflake.claims
+              WHERE system_identifier OPERATOR(pg_catalog.=) $1 OR node_token OPERATOR(pg_catalog.=) $2",
+            &[me.into(), token.into()],
+        )
+        .expect("remove this server's old claim");
+        Spi::run_with_args(
+            "INSERT INTO _snowflake.claims
+                    (system_identifier, node_token, datacenter_id, worker_id, last_seen, lease_id, retired)
+             VALUES ($1, $2, $3, $4, pg_catalog.now(), $5, false)",
+            &[
+                me.into(),
+                token.into(),
+                (dc as i32).into(),
+                (w as i32).into(),
+                my_lease_id(node).into(),
+            ],
+        )
         .expect("write this server's claim");
-        let claims = Spi::connect(|client| {
-            client
-                .select(
-                    &format!(
-                        "SELECT system_identifier, (extract(epoch FROM last_seen) * 1000)::bigint, node_token
-                           FROM _snowflake.claims
-                          WHERE datacenter_id = {dc} AND worker_id = {w} AND system_identifier <> {me}"
-                    ),
-                    None,
-                    &[],
-                )
-                .expect("read the claims")
-                .map(|row| Claim {
-                    system_identifier: row.get::<i64>(1).ok().flatten().unwrap_or(0),
-                    node_token: row.get::<i64>(3).ok().flatten().unwrap_or(0),
-                    datacenter: dc,
-                    worker: w,
-                    last_seen_unix_ms: row.get::<i64>(2).ok().flatten().unwrap_or(0),
-                })
-                .collect::<Vec<_>>()
-        });
-        (token, claims)
+        (token, read_claims())
     });
     let found = conflict(
         me,
@@ -120,6 +170,8 @@ pub const NO_CLAIM: Claim = Claim {
     datacenter: 0,
     worker: 0,
     last_seen_unix_ms: 0,
+    lease_id: 0,
+    retired: false,
 };
 
 pub fn last_seen(c: &Claim) -> Option<TimestampWithTimeZone> {

@@ -87,7 +87,9 @@ DECLARE
     lo bigint;
     hi bigint;
     schema_name name;
-    base_name name;
+    base_name text;
+    suffix text;
+    keep int;
     part_name text;
 BEGIN
     -- Checks the parent's partitioning first.
@@ -115,10 +117,27 @@ BEGIN
         hi := @extschema@.snowflake_min_id(upper_ts);
         IF NOT EXISTS (SELECT FROM @extschema@.snowflake_partitions(parent) p
                         WHERE p.from_id = lo AND p.to_id = hi) THEN
-            part_name := base_name || '_' || to_char(lower_ts AT TIME ZONE 'UTC',
+            suffix := '_' || to_char(lower_ts AT TIME ZONE 'UTC',
                 CASE WHEN step < interval '1 day' THEN 'YYYYMMDD_HH24MI' ELSE 'YYYYMMDD' END);
-            -- An overlap with a partition of other bounds, or a name taken by another table,
-            -- is PostgreSQL's own error, and rolls back every partition this call made.
+            -- A name longer than max_identifier_length (63 bytes) would be cut at the end, and
+            -- neighbouring steps would get one name: the parent's part is shortened instead (by
+            -- whole characters), so the date always stays.
+            keep := length(base_name);
+            WHILE octet_length(left(base_name, keep) || suffix)
+                  > current_setting('max_identifier_length')::int LOOP
+                keep := keep - 1;
+            END LOOP;
+            part_name := left(base_name, keep) || suffix;
+            IF to_regclass(format('%I.%I', schema_name, part_name)) IS NOT NULL THEN
+                RAISE EXCEPTION USING ERRCODE = 'duplicate_table',
+                    MESSAGE = format('cannot create partition %I.%I of %s: the name is taken', schema_name, part_name, parent),
+                    DETAIL = format('The partition of %s to %s is named after its parent%s, and another table already has that name.',
+                                    lower_ts, upper_ts,
+                                    CASE WHEN keep < length(base_name) THEN ' (shortened to fit max_identifier_length)' ELSE '' END),
+                    HINT = 'Rename the other table, or give the parent a shorter name; nothing was created.';
+            END IF;
+            -- An overlap with a partition of other bounds is PostgreSQL's own error, and rolls
+            -- back every partition this call made.
             EXECUTE format('CREATE TABLE %I.%I PARTITION OF %s FOR VALUES FROM (%s) TO (%s)',
                            schema_name, part_name, parent, lo, hi);
             RETURN NEXT format('%I.%I', schema_name, part_name)::regclass;
@@ -142,6 +161,19 @@ DECLARE
     p record;
     part_name text;
 BEGIN
+    -- Only a table whose every partition has snowflake time bounds: each bound the first ID of
+    -- a millisecond, snowflake_min_id() of some time, which is a multiple of 2^22 = 4194304. A
+    -- table partitioned on other keys (a bigserial's 1..1000, 1000..2000) would otherwise have
+    -- every partition "before" the cutoff: it is refused whole, and nothing is dropped.
+    FOR p IN SELECT * FROM @extschema@.snowflake_partitions(parent)
+              WHERE from_id < 0 OR from_id % 4194304 <> 0 OR to_id < 0 OR to_id % 4194304 <> 0
+              LIMIT 1 LOOP
+        RAISE EXCEPTION USING ERRCODE = 'wrong_object_type',
+            MESSAGE = format('partition %s of %s does not have snowflake time bounds', p.partition, parent),
+            DETAIL = format('Its bounds are FROM (%s) TO (%s). A snowflake time partition is bounded by snowflake_min_id() of its start and end: the first ID of a millisecond, a multiple of 4194304 (2^22).',
+                            coalesce(p.from_id::text, 'MINVALUE'), coalesce(p.to_id::text, 'MAXVALUE')),
+            HINT = 'snowflake_drop_partitions only drops partitions of tables keyed by snowflake IDs (made by snowflake_create_partitions, or pg_partman with an interval of whole milliseconds); nothing was dropped. Drop other partitions with DROP TABLE.';
+    END LOOP;
     FOR p IN SELECT * FROM @extschema@.snowflake_partitions(parent)
               WHERE to_id IS NOT NULL AND to_id <= cutoff ORDER BY to_id LOOP
         part_name := p.partition::text;

@@ -19,6 +19,52 @@ pub struct Shared {
     pub issued_at_renewal: u64,
     /// The other server's claim while `state.refused` is set (see `fleet.rs`).
     pub conflict: crate::core::fleet::Claim,
+    /// While `state.refused` is set because the lease worker found an object in `_snowflake` that
+    /// no superuser owns (see `lease::foreign_object`): what it is and who owns it.
+    pub foreign: ForeignObject,
+    /// The epoch the persisted mark was written under (Unix ms), `i64::MIN` until the lease
+    /// worker has read it: tells an epoch that moved later from a clock that is behind.
+    pub recorded_epoch_ms: i64,
+}
+
+/// Text of fixed size, so that it can live in shared memory: NUL-padded, cut at a char boundary.
+#[derive(Clone, Copy)]
+#[repr(C)]
+pub struct ForeignObject {
+    what: [u8; 192],
+    owner: [u8; 64],
+}
+
+impl ForeignObject {
+    pub const NONE: ForeignObject = ForeignObject {
+        what: [0; 192],
+        owner: [0; 64],
+    };
+
+    pub fn new(what: &str, owner: &str) -> ForeignObject {
+        fn fill<const N: usize>(text: &str) -> [u8; N] {
+            let mut buf = [0u8; N];
+            let mut end = text.len().min(N - 1);
+            while !text.is_char_boundary(end) {
+                end -= 1;
+            }
+            buf[..end].copy_from_slice(&text.as_bytes()[..end]);
+            buf
+        }
+        ForeignObject {
+            what: fill(what),
+            owner: fill(owner),
+        }
+    }
+
+    /// (what, owner), or None when nothing foreign was found.
+    pub fn get(&self) -> Option<(String, String)> {
+        let text = |b: &[u8]| {
+            let end = b.iter().position(|&c| c == 0).unwrap_or(b.len());
+            String::from_utf8_lossy(&b[..end]).into_owned()
+        };
+        (self.what[0] != 0).then(|| (text(&self.what), text(&self.owner)))
+    }
 }
 
 impl Default for Shared {
@@ -33,6 +79,8 @@ impl Default for Shared {
             worker_pid: 0,
             issued_at_renewal: 0,
             conflict: crate::fleet::NO_CLAIM,
+            foreign: ForeignObject::NONE,
+            recorded_epoch_ms: i64::MIN,
         }
     }
 }
@@ -40,7 +88,7 @@ impl Default for Shared {
 impl Shared {
     /// The other server's claim while the generator refuses because of it.
     pub fn conflict(&self) -> Option<crate::core::fleet::Claim> {
-        self.state.refused.then_some(self.conflict)
+        (self.state.refused && self.foreign.get().is_none()).then_some(self.conflict)
     }
 }
 
@@ -100,11 +148,16 @@ pub unsafe fn hot_attempt(
         if hot.shared.is_null() {
             return None;
         }
-        let now = crate::core::time::Clock::now_unix_ms(&crate::core::time::SystemClock)
-            - crate::config::epoch_ms();
         let node = crate::config::node();
         let drift = crate::config::max_clock_drift_ms();
         unguarded::LWLockAcquire(hot.lock, pg_sys::LWLockMode::LW_EXCLUSIVE);
+        // The clock is read under the lock: holders of the lock then see readings in the order
+        // they hold it. Read before it, a backend that waited for the lock would bring a reading
+        // older than the last holder's, which counts as the clock going back and, with a small
+        // snowflake.max_clock_drift, can even raise a spurious 58000. The price is the clock
+        // read (a vDSO call, ~20 ns) inside the critical section; see the benchmark.
+        let now = crate::core::time::Clock::now_unix_ms(&crate::core::time::SystemClock)
+            - crate::config::epoch_ms();
         let step = (*hot.shared).state.next(now, node, drift);
         unguarded::LWLockRelease(hot.lock);
         Some(step)

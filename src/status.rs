@@ -87,6 +87,8 @@ fn snowflake_stats() -> TableIterator<
         name!(borrowed_ms, i64),
         name!(clock_back_events, i64),
         name!(largest_clock_back_ms, i64),
+        name!(clock_forward_jumps, i64),
+        name!(largest_clock_forward_ms, i64),
         name!(waits, i64),
         name!(errors, i64),
     ),
@@ -98,6 +100,8 @@ fn snowflake_stats() -> TableIterator<
         s.borrowed_ms as i64,
         s.clock_back_events as i64,
         s.largest_clock_back_ms as i64,
+        s.clock_forward_jumps as i64,
+        s.largest_clock_forward_ms as i64,
         s.waits as i64,
         s.errors as i64,
     ))
@@ -152,6 +156,13 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = 'undefined_column',
             MESSAGE = format('column "%s" of relation %s does not exist', col, tbl);
     END IF;
+    -- A view or a foreign table would run code of its owner's choosing as the caller (who is a
+    -- superuser): only tables.
+    IF (SELECT c.relkind FROM pg_class c WHERE c.oid = tbl) NOT IN ('r', 'p') THEN
+        RAISE EXCEPTION USING ERRCODE = 'wrong_object_type',
+            MESSAGE = format('%s is not a table', tbl),
+            DETAIL = 'snowflake_adopt switches the key of a plain or partitioned table.';
+    END IF;
     IF typ <> 'bigint'::regtype THEN
         RAISE EXCEPTION USING ERRCODE = 'datatype_mismatch',
             MESSAGE = format('column "%s" of relation %s is of type %s, not bigint', col, tbl, typ),
@@ -160,7 +171,7 @@ BEGIN
     END IF;
     -- No writer may add an old-style key between reading the maximum and switching the default.
     EXECUTE format('LOCK TABLE %s IN SHARE ROW EXCLUSIVE MODE', tbl);
-    EXECUTE format('SELECT max(%I) FROM %s', col, tbl) INTO max_id;
+    EXECUTE format('SELECT pg_catalog.max(%I) FROM %s', col, tbl) INTO max_id;
     IF max_id IS NOT NULL THEN
         PERFORM @extschema@.snowflake_set_floor(max_id);
     END IF;

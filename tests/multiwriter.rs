@@ -127,6 +127,10 @@ fn two_servers_write_both_ways_through_a_crash_with_the_clock_set_back() {
         b.set_fake_offset("-3s");
         b.start();
         assert!(b.clock_offset_s() < -2.5, "B's clock is not behind");
+        assert!(
+            common::worker_sees_the_clock(&b),
+            "16+ only: the worker must see B's clock"
+        );
         b.pgbench_ok(INSERT, &bench);
         ha.join().unwrap();
     });
@@ -197,6 +201,10 @@ fn three_writers_with_the_readme_recipes_add_and_retire_a_node() {
     n2.stop("immediate");
     n2.set_fake_offset("-3s");
     n2.start();
+    assert!(
+        common::worker_sees_the_clock(&n2),
+        "16+ only: the worker must see n2's clock"
+    );
     write_on_all(&[&n1, &n2, &n3], &bench);
     converge(&[&n1, &n2, &n3], 60);
     assert_eq!(n1.sql("SELECT count(*) FROM t"), "3600");

@@ -292,3 +292,189 @@ fn the_readme_pg_partman_recipe_premakes_routes_and_retires() {
     assert_eq!(left, "t|t");
     assert_eq!(c.sql("SELECT string_agg(payload, ',') FROM events"), "now");
 }
+
+#[test]
+fn retention_refuses_a_table_whose_partitions_are_not_snowflake_time_ranges() {
+    let c = server();
+    // A bigserial table partitioned by key ranges: every bound is "before" any time's min_id.
+    c.sql(
+        "CREATE TABLE legacy (id bigserial PRIMARY KEY) PARTITION BY RANGE (id);
+         CREATE TABLE legacy_1 PARTITION OF legacy FOR VALUES FROM (1) TO (1000);
+         CREATE TABLE legacy_2 PARTITION OF legacy FOR VALUES FROM (1000) TO (2000);",
+    );
+    let e = c.sql_err("SELECT snowflake_drop_partitions('legacy', now() - interval '90 days')");
+    assert_eq!(e.sqlstate, "42809", "{}", e.raw);
+    assert!(
+        e.message.contains("does not have snowflake time bounds")
+            && e.detail.contains("FROM (1) TO (1000)")
+            && e.hint.contains("nothing was dropped"),
+        "{}",
+        e.raw
+    );
+    assert_eq!(partition_names(c, "legacy"), vec!["legacy_1", "legacy_2"]);
+    // One odd partition among snowflake ones is enough to refuse the whole call.
+    c.sql("CREATE TABLE mixed (id bigint PRIMARY KEY) PARTITION BY RANGE (id)");
+    let t0 = today(c);
+    c.sql(&format!(
+        "SELECT count(*) FROM snowflake_create_partitions('mixed', '{t0}'::timestamptz - interval '3 days', '{t0}')"
+    ));
+    c.sql("CREATE TABLE mixed_odd PARTITION OF mixed FOR VALUES FROM (5) TO (7)");
+    let e = c.sql_err(&format!(
+        "SELECT snowflake_drop_partitions('mixed', '{t0}')"
+    ));
+    assert_eq!(e.sqlstate, "42809", "{}", e.raw);
+    assert_eq!(partition_names(c, "mixed").len(), 4);
+    c.sql("DROP TABLE mixed_odd");
+    assert_eq!(
+        c.sql(&format!(
+            "SELECT count(*) FROM snowflake_drop_partitions('mixed', '{t0}')"
+        )),
+        "3"
+    );
+}
+
+#[test]
+fn long_parent_names_keep_every_partition_name_distinct() {
+    let c = server();
+    let t0 = today(c);
+    // 60 ASCII characters, and 40 two-byte ones (80 bytes): both past 63 bytes with the date.
+    for parent in ["p".repeat(60), "ä".repeat(31)] {
+        c.sql(&format!(
+            "CREATE TABLE \"{parent}\" (id bigint PRIMARY KEY) PARTITION BY RANGE (id)"
+        ));
+        let made = c.sql(&format!(
+            "SELECT count(*) FROM snowflake_create_partitions('\"{parent}\"', '{t0}'::timestamptz - interval '2 days', '{t0}'::timestamptz + interval '1 day')"
+        ));
+        assert_eq!(made, "3", "{parent}");
+        // (In a second statement: the one that made them does not see them in pg_class.)
+        let names = c.sql(&format!(
+            "SELECT count(DISTINCT c.relname), bool_and(octet_length(c.relname) <= 63), \
+                    bool_and(c.relname::text ~ '_[0-9]{{8}}$') \
+               FROM snowflake_partitions('\"{parent}\"') p JOIN pg_class c ON c.oid = p.partition"
+        ));
+        assert_eq!(names, "3|t|t", "{parent}");
+    }
+    // Another parent with the same first 54 characters would get the same shortened names:
+    // the first call fails clearly, and makes nothing.
+    let twin = format!("{}{}", "p".repeat(54), "q".repeat(6));
+    c.sql(&format!(
+        "CREATE TABLE \"{twin}\" (id bigint PRIMARY KEY) PARTITION BY RANGE (id)"
+    ));
+    let e = c.sql_err(&format!(
+        "SELECT snowflake_create_partitions('\"{twin}\"', '{t0}'::timestamptz - interval '2 days', '{t0}')"
+    ));
+    assert_eq!(e.sqlstate, "42P07", "{}", e.raw);
+    assert!(
+        e.message.contains("the name is taken") && e.detail.contains("shortened"),
+        "{}",
+        e.raw
+    );
+    assert!(partition_names(c, &format!("\"{twin}\"")).is_empty());
+}
+
+/// A small deterministic generator, so that a failure names a reproducible case.
+struct Lcg(u64);
+impl Lcg {
+    fn next(&mut self, n: usize) -> usize {
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        ((self.0 >> 33) % n as u64) as usize
+    }
+}
+
+/// Names as users write them: long, quoted, mixed case, with spaces, quotes and multibyte
+/// characters, in schemas named the same way.
+fn random_name(r: &mut Lcg) -> String {
+    const PIECES: [&str; 16] = [
+        "a", "Z", "x", "Events", "_", " ", "\"", "'", "é", "✓", "9", "-", ".", "Ü", "ordErs", "%",
+    ];
+    let len = 1 + r.next(70);
+    let mut s = String::new();
+    while s.chars().count() < len {
+        s.push_str(PIECES[r.next(PIECES.len())]);
+    }
+    // PostgreSQL truncates identifiers to 63 bytes itself (with a NOTICE): keep what it keeps.
+    while s.len() > 63 {
+        s.pop();
+    }
+    s
+}
+
+#[test]
+fn partition_helpers_take_any_table_name_and_nobody_elses_table() {
+    let c = server();
+    let t0 = today(c);
+    let mut r = Lcg(20261123);
+    for i in 0..25 {
+        let (schema, table) = (random_name(&mut r), random_name(&mut r));
+        let q = |s: &str| format!("$q${s}$q$");
+        let target = format!("format('%I.%I', {}, {})::regclass", q(&schema), q(&table));
+        let setup = c.script(&format!(
+            "SET client_min_messages = warning;
+             SELECT format('CREATE SCHEMA IF NOT EXISTS %I', {s}) \\gexec
+             SELECT format('CREATE TABLE %I.%I (id bigint PRIMARY KEY DEFAULT snowflake_nextval(), n int) PARTITION BY RANGE (id)', {s}, {t}) \\gexec",
+            s = q(&schema),
+            t = q(&table)
+        ));
+        assert!(
+            setup.is_ok(),
+            "case {i} {schema:?}.{table:?}: {:?}",
+            setup.err()
+        );
+        let made = c.sql(&format!(
+            "SELECT count(*) FROM snowflake_create_partitions({target}, '{t0}'::timestamptz - interval '2 days', '{t0}'::timestamptz + interval '1 day')"
+        ));
+        assert_eq!(made, "3", "case {i} {schema:?}.{table:?}");
+        let made = c.sql(&format!(
+            "SELECT count(DISTINCT c.relname), bool_and(i.inhparent = {target}), \
+                    bool_and(c.relnamespace = (SELECT relnamespace FROM pg_class WHERE oid = {target})), \
+                    bool_and(octet_length(c.relname) <= 63 AND c.relname::text ~ '_[0-9]{{8}}$') \
+               FROM snowflake_partitions({target}) p \
+               JOIN pg_class c ON c.oid = p.partition JOIN pg_inherits i ON i.inhrelid = p.partition"
+        ));
+        assert_eq!(made, "3|t|t|t", "case {i} {schema:?}.{table:?}");
+        // Rows route, the listing sees them, retention drops the two old days by their names.
+        c.script(&format!(
+            "SELECT format('INSERT INTO %s (n) VALUES (1)', {target}) \\gexec"
+        ))
+        .unwrap();
+        assert_eq!(
+            c.sql(&format!(
+                "SELECT count(*) FROM snowflake_partitions({target})"
+            )),
+            "3",
+            "case {i}"
+        );
+        let old = c.sql(&format!(
+            "SELECT string_agg(partition::text, ',' ORDER BY to_id) FROM snowflake_partitions({target}) WHERE to_ts <= '{t0}'"
+        ));
+        let dropped = c.sql(&format!(
+            "SELECT count(*), string_agg(d, ',') FROM snowflake_drop_partitions({target}, '{t0}') d"
+        ));
+        assert_eq!(dropped, format!("2|{old}"), "case {i} {schema:?}.{table:?}");
+        assert_eq!(
+            c.sql(&format!(
+                "SELECT count(*) FROM snowflake_partitions({target})"
+            )),
+            "1"
+        );
+    }
+
+    // Someone else's table: the caller's own rights apply (no SECURITY DEFINER), so an
+    // ordinary role can neither add partitions to it nor drop them.
+    c.sql("CREATE ROLE fuzz_other LOGIN; GRANT USAGE ON SCHEMA public TO fuzz_other");
+    c.sql("CREATE TABLE theirs (id bigint PRIMARY KEY) PARTITION BY RANGE (id)");
+    c.sql(&format!(
+        "SELECT count(*) FROM snowflake_create_partitions('theirs', '{t0}'::timestamptz - interval '2 days', '{t0}')"
+    ));
+    for call in [
+        format!("SELECT snowflake_create_partitions('theirs', '{t0}'::timestamptz + interval '5 days', '{t0}'::timestamptz + interval '6 days')"),
+        format!("SELECT snowflake_drop_partitions('theirs', '{t0}')"),
+    ] {
+        let e = c.try_sql_as("fuzz_other", &call).expect_err(&call);
+        assert_eq!(e.sqlstate, "42501", "{call}: {}", e.raw);
+    }
+    assert_eq!(partition_names(c, "theirs").len(), 2);
+}

@@ -69,6 +69,13 @@ fn pg_upgrade_keeps_the_keys_and_carries_the_high_water_mark() {
         new.clock_offset_s() < -9.0,
         "the new server's clock is not behind"
     );
+    // Where libfaketime cannot reach the lease worker (14, 15), the upgrade is still checked,
+    // with a clock that is not behind.
+    if !common::worker_sees_the_clock(&new) {
+        new.stop("fast");
+        new.env.clear();
+        new.start();
+    }
     assert_eq!(
         new.sql_i64("SELECT current_setting('server_version_num')::int / 10000"),
         new_major as i64,

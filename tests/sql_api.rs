@@ -231,11 +231,62 @@ fn bad_settings_stop_the_server_at_start() {
         "snowflake.epoch = 'tomorrow'",
         "invalid value for parameter \"snowflake.epoch\": \"tomorrow\"",
     );
-    refuses_to_start("snowflake.epoch = '2999-01-01'", "is in the future");
+    // Before 1970 (its 41 bits would also have ended in 2019): every call would fail with 22008.
+    refuses_to_start(
+        "snowflake.epoch = '1950-01-01'",
+        "it must not be before 1970",
+    );
     refuses_to_start(
         "snowflake.max_clock_drift = '0'",
         "outside the valid range for parameter \"snowflake.max_clock_drift\"",
     );
+}
+
+#[test]
+fn a_misspelled_setting_stops_the_server_and_names_itself() {
+    // PostgreSQL alone would warn and run as worker 0: how two servers come to share a pair.
+    let mut c = Cluster::new("typo", "snowflake.workerid = 7");
+    let log = c.try_start().expect_err("the server must refuse to start");
+    assert!(
+        log.contains("FATAL")
+            && log.contains("unrecognized configuration parameter \"snowflake.workerid\"")
+            && log.contains("Did you mean \"snowflake.worker_id\"?"),
+        "{log}"
+    );
+}
+
+#[test]
+fn an_epoch_later_than_the_clock_keeps_the_server_up_and_refuses_ids_until_it_passes() {
+    // A machine without a hardware clock boots at 1970 until NTP sets it: the epoch then lies in
+    // the future. The server must run (other databases, other extensions); IDs wait.
+    let mut c = Cluster::new("future-epoch", "snowflake.epoch = '2999-01-01'");
+    c.start();
+    assert!(
+        c.log()
+            .contains("snowflake.epoch \"2999-01-01\" is later than the system clock"),
+        "{}",
+        c.log()
+    );
+    c.sql("CREATE EXTENSION snowflake");
+    let e = c.sql_err("SELECT snowflake_nextval()");
+    assert_eq!(e.sqlstate, "58000", "{}", e.raw);
+    assert!(
+        e.message.contains("reads before snowflake.epoch")
+            && e.detail.contains("ms before the epoch"),
+        "{}",
+        e.raw
+    );
+    assert!(
+        e.hint.contains("once the clock passes the epoch"),
+        "{}",
+        e.raw
+    );
+    // The pure functions work, with that epoch.
+    assert_eq!(
+        c.sql("SELECT snowflake_timestamp(0) = '2999-01-01 00:00:00+00'"),
+        "t"
+    );
+    assert_eq!(c.sql("SELECT errors > 0 FROM snowflake_stats()"), "t");
 }
 
 #[test]
