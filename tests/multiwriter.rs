@@ -174,7 +174,14 @@ fn uris(nodes: &[&Cluster]) -> String {
     nodes.iter().map(|c| c.uri()).collect::<Vec<_>>().join(" ")
 }
 
-const CLAIMS_SEEN: &str = "SELECT string_agg(datacenter_id || '/' || worker_id, ',' ORDER BY datacenter_id, worker_id) FROM _snowflake.claims";
+const CLAIMS_SEEN: &str = "SELECT string_agg(datacenter_id || '/' || worker_id, ',' ORDER BY datacenter_id, worker_id) FROM _snowflake.claims WHERE NOT retired";
+
+/// The rows of one (datacenter, worker) pair.
+fn max_of_pair(c: &Cluster, datacenter: u32, worker: u32) -> i64 {
+    c.sql_i64(&format!(
+        "SELECT max(id) FROM t WHERE snowflake_datacenter_id(id) = {datacenter} AND snowflake_worker_id(id) = {worker}"
+    ))
+}
 
 #[test]
 fn three_writers_with_the_readme_recipes_add_and_retire_a_node() {
@@ -217,8 +224,10 @@ fn three_writers_with_the_readme_recipes_add_and_retire_a_node() {
         );
     }
 
-    // A fourth node joins (writes paused): it copies the rows, then everyone writes.
+    // A fourth node joins (writes paused): it copies the rows, then everyone writes. Its clock
+    // runs 90 s ahead, and so do its IDs.
     let mut n4 = node("mesh-4", 2, 2);
+    n4.fake_time(Some("+90s"));
     n4.start();
     n4.sql(TABLE);
     run_recipes(
@@ -237,8 +246,16 @@ fn three_writers_with_the_readme_recipes_add_and_retire_a_node() {
     write_on_all(&[&n1, &n2, &n3, &n4], &bench);
     converge(&[&n1, &n2, &n3, &n4], 60);
     assert_eq!(n4.sql("SELECT count(*) FROM t"), "6000");
+    assert!(common::worker_sees_the_clock(&n4), "16+ only");
+    let n4_max = max_of_pair(&n4, 2, 2);
+    // (its IDs are dated by its clock: 90 s ahead of the others')
+    assert!(
+        n1.sql_i64(&format!(
+            "SELECT extract(epoch FROM snowflake_timestamp({n4_max}) - now())::int"
+        )) >= 60
+    );
 
-    // n4 retires: its subscriptions and slots go, and so does its claim everywhere.
+    // n4 retires: its subscriptions and slots go, and its claim stays as a tombstone everywhere.
     run_recipes(
         &["mesh-functions", "mesh-retire"],
         &[
@@ -257,7 +274,57 @@ fn three_writers_with_the_readme_recipes_add_and_retire_a_node() {
         c.pgbench_ok(INSERT, &["-c", "1", "-t", "100"]);
     }
     converge(&[&n1, &n2, &n3], 60);
-    for c in [&n1, &n2, &n3, &n4] {
+    for c in [&n1, &n2, &n3] {
+        assert_eq!(
+            c.sql("SELECT retired, lease_id >= 0 FROM _snowflake.claims WHERE datacenter_id = 2 AND worker_id = 2"),
+            "t|t"
+        );
+        assert!(
+            c.sql_i64(
+                "SELECT lease_id FROM _snowflake.claims WHERE datacenter_id = 2 AND worker_id = 2"
+            ) >= n4_max,
+            "the tombstone is below an ID the retired server issued"
+        );
+    }
+
+    // Its pair goes to a new server at once, whose clock is right: n4's last IDs lie up to 90 s
+    // ahead of it, and it continues above them (its drift of 180 s lets it issue that far ahead).
+    let mut n5 = node("mesh-5", 2, 2);
+    n5.conf("snowflake.max_clock_drift = '180s'");
+    n5.start();
+    n5.sql(TABLE);
+    run_recipes(
+        &["mesh-functions", "mesh-add"],
+        &[
+            ("NEW", n5.uri()),
+            ("NODES", uris(&[&n1, &n2, &n3])),
+            ("TABLES", "t".to_string()),
+        ],
+    );
+    n5.wait_for(
+        "SELECT count(*) FROM pg_subscription_rel WHERE srsubstate <> 'r'",
+        "0",
+        60,
+    );
+    // Still ahead of n5's clock, so that the check below can fail.
+    assert_eq!(
+        n5.sql(&format!("SELECT snowflake_timestamp({n4_max}) > now()")),
+        "t"
+    );
+    n5.sql("INSERT INTO t (payload) SELECT 'n5' FROM generate_series(1, 200)");
+    assert_eq!(
+        n5.sql(&format!(
+            "SELECT count(*), bool_and(id > {n4_max}) FROM t WHERE payload = 'n5'"
+        )),
+        "200|t",
+        "the new holder of n4's pair issued below n4's IDs"
+    );
+    assert_eq!(
+        n5.sql("SELECT claim_conflict_with IS NULL FROM snowflake_node()"),
+        "t"
+    );
+    converge(&[&n1, &n2, &n3, &n5], 60);
+    for c in [&n1, &n2, &n3, &n4, &n5] {
         assert_rows_carry_their_node(c);
         assert_no_conflicts(c);
     }
