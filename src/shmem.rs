@@ -148,17 +148,25 @@ pub unsafe fn hot_attempt(
         if hot.shared.is_null() {
             return None;
         }
+        let read = || {
+            crate::core::time::Clock::now_unix_ms(&crate::core::time::SystemClock)
+                - crate::config::epoch_ms()
+        };
         let node = crate::config::node();
         let drift = crate::config::max_clock_drift_ms();
+        // The clock is read before the lock, so that the critical section stays a few dozen
+        // instructions: with the read inside it, two busy backends collide on the lock so often
+        // that they sleep on it, and their throughput fell eightfold (see "Many cores"). But a
+        // backend that waited for the lock may bring a reading older than the last holder's,
+        // which would count as the clock going back and, with a small max_clock_drift, could
+        // even raise a spurious 58000. So a reading older than the newest the generator has
+        // seen is taken again, under the lock, where it is authoritative: only a clock that
+        // really went back is treated as one. That costs a second read only in that case.
+        let early = read();
         unguarded::LWLockAcquire(hot.lock, pg_sys::LWLockMode::LW_EXCLUSIVE);
-        // The clock is read under the lock: holders of the lock then see readings in the order
-        // they hold it. Read before it, a backend that waited for the lock would bring a reading
-        // older than the last holder's, which counts as the clock going back and, with a small
-        // snowflake.max_clock_drift, can even raise a spurious 58000. The price is the clock
-        // read (a vDSO call, ~20 ns) inside the critical section; see the benchmark.
-        let now = crate::core::time::Clock::now_unix_ms(&crate::core::time::SystemClock)
-            - crate::config::epoch_ms();
-        let step = (*hot.shared).state.next(now, node, drift);
+        let state = &mut (*hot.shared).state;
+        let now = if state.is_stale(early) { read() } else { early };
+        let step = state.next(now, node, drift);
         unguarded::LWLockRelease(hot.lock);
         Some(step)
     }

@@ -188,6 +188,14 @@ impl State {
         Ok(ahead)
     }
 
+    /// Whether a clock reading taken before the caller's lock is older than the newest reading
+    /// this state has seen: then it may only be stale (the caller waited for the lock while
+    /// another caller saw a later time), and the caller reads the clock again under the lock.
+    #[inline(always)]
+    pub fn is_stale(&self, now_ms: i64) -> bool {
+        now_ms < self.clock_high
+    }
+
     /// One attempt to issue an ID at clock reading `now_ms` (ms since the epoch; negative when the
     /// clock reads before the epoch). Constant time: never loops, never waits.
     #[inline(always)]
@@ -314,6 +322,21 @@ mod tests {
         assert_eq!(s.stats.issued, 1);
         s.refused = false;
         assert!(issued(&mut s, 5000, 10) > before);
+    }
+
+    #[test]
+    fn a_reading_older_than_the_newest_seen_is_stale_and_counts_nothing_once_read_again() {
+        let mut s = State::new();
+        issued(&mut s, 5000, 10);
+        // Another caller saw 5000; ours was read at 4999 before it got the lock.
+        assert!(s.is_stale(4999));
+        assert!(!s.is_stale(5000) && !s.is_stale(5001));
+        // Read again under the lock (5000 or later): no clock-back event.
+        issued(&mut s, 5000, 10);
+        assert_eq!(s.stats.clock_back_events, 0);
+        // Had the stale reading been used, it would have counted one.
+        issued(&mut s, 4999, 10);
+        assert_eq!(s.stats.clock_back_events, 1);
     }
 
     #[test]
