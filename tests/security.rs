@@ -82,8 +82,8 @@ fn claims_refreshed_since(c: &Cluster, since: &str) -> String {
 #[test]
 fn a_database_owner_cannot_become_superuser_or_stop_the_worker() {
     let c = owned_app_database("owner-levers", TRAPS);
-    // The owner's traps are armed: a superuser session that followed the database's search path
-    // would have escalated (checked on a copy of the function, so the test can fail).
+    // The worker's first claim refresh ran at start: checked now, and after more below. (The
+    // next test shows that the traps do work on a session that follows the database settings.)
     assert_eq!(is_superuser(&c, "appowner"), "f");
     let since = c.sql("SELECT now()");
     // IDs are issued with every setting above in force for the worker's database...
