@@ -392,12 +392,14 @@ fn two_servers_with_one_worker_id_both_refuse_until_one_is_gone() {
     let warnings = b.log().matches("are also claimed by the server").count();
     assert_eq!(warnings, 1, "one WARNING when the conflict starts");
 
-    // A goes away and its claim is retired on B: B issues again by itself.
+    // A goes away and a DBA retires its claim on B, as the HINT says: B issues again by itself.
     let a_sysid = sysid(&a);
     a.stop("fast");
-    b.sql(&format!(
-        "DELETE FROM _snowflake.claims WHERE system_identifier = {a_sysid}"
-    ));
+    let e = b.sql_err("SELECT snowflake_nextval()");
+    let retire =
+        format!("UPDATE _snowflake.claims SET retired = true WHERE system_identifier = {a_sysid}");
+    assert!(e.hint.contains(&retire), "{}", e.raw);
+    b.sql(&retire);
     assert!(eventually(15, || !refuses(&b)), "B did not resume");
     assert_eq!(
         b.sql("SELECT claim_conflict_with IS NULL FROM snowflake_node()"),
