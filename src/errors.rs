@@ -154,7 +154,7 @@ pub fn foreign_object(what: &str, owner: &str, database: &str) -> ! {
         )),
         Some(&format!(
             "A superuser should find out who made it and why. If it holds no mark of this server (it was made before snowflake first ran there), drop it (DROP SCHEMA _snowflake CASCADE, in database \"{database}\"); if a superuser made it, give it to one (ALTER ... OWNER TO a superuser). The worker looks again every {} s.",
-            2
+            crate::lease::FOREIGN_RECHECK.as_secs()
         )),
     )
 }

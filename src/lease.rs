@@ -35,7 +35,7 @@ use std::time::{Duration, Instant};
 pub const SCHEMA: &str = "_snowflake";
 
 /// How often the worker looks again at a `_snowflake` object it refused.
-const FOREIGN_RECHECK: Duration = Duration::from_secs(2);
+pub const FOREIGN_RECHECK: Duration = Duration::from_secs(2);
 
 pub fn register() {
     BackgroundWorkerBuilder::new("snowflake lease")
