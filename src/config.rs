@@ -408,6 +408,8 @@ mod tests {
         assert_eq!(parse_real("1e3 ms", TIME_UNITS), Some(1000.0));
         assert_eq!(parse_real("soon", TIME_UNITS), None);
         assert_eq!(parse_real("nan", TIME_UNITS), None);
+        // Parses, to infinity: refused rather than taken as "no limit".
+        assert_eq!(parse_real("1e999", TIME_UNITS), None);
     }
 
     #[test]
