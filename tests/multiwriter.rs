@@ -176,6 +176,36 @@ fn uris(nodes: &[&Cluster]) -> String {
 
 const CLAIMS_SEEN: &str = "SELECT string_agg(datacenter_id || '/' || worker_id, ',' ORDER BY datacenter_id, worker_id) FROM _snowflake.claims WHERE NOT retired";
 
+/// `mallory` owns the database the recipes work in and has prepared it for a superuser's
+/// session: functions and an operator of theirs that make them a superuser, first on the
+/// database's search_path.
+fn plant_owner_traps(c: &Cluster) {
+    c.sql("CREATE ROLE mallory LOGIN");
+    c.sql("ALTER DATABASE postgres OWNER TO mallory");
+    let out = c
+        .psql_cmd_as("mallory", "postgres")
+        .arg("-c")
+        .arg(
+            "CREATE SCHEMA evil;
+             CREATE FUNCTION evil.escalate() RETURNS boolean LANGUAGE plpgsql AS $$
+               BEGIN ALTER ROLE mallory SUPERUSER; RETURN true; EXCEPTION WHEN OTHERS THEN RETURN true; END $$;
+             CREATE FUNCTION evil.current_setting(text) RETURNS text LANGUAGE sql
+               AS 'SELECT evil.escalate(); SELECT pg_catalog.current_setting($1)';
+             CREATE FUNCTION evil.int8eq(bigint, bigint) RETURNS boolean LANGUAGE sql
+               AS 'SELECT evil.escalate(); SELECT pg_catalog.int8eq($1, $2)';
+             CREATE OPERATOR evil.= (LEFTARG = bigint, RIGHTARG = bigint, FUNCTION = evil.int8eq);
+             GRANT USAGE ON SCHEMA evil TO PUBLIC;
+             ALTER DATABASE postgres SET search_path = evil, pg_catalog, public;",
+        )
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// The rows of one (datacenter, worker) pair.
 fn max_of_pair(c: &Cluster, datacenter: u32, worker: u32) -> i64 {
     c.sql_i64(&format!(
@@ -255,6 +285,12 @@ fn three_writers_with_the_readme_recipes_add_and_retire_a_node() {
         )) >= 60
     );
 
+    // The owner of the replicated database has prepared it: a search_path that puts their own
+    // current_setting() and bigint `=` (which the recipes' psql calls use) before pg_catalog's.
+    // The recipes run as superuser and must not run them.
+    for c in [&n1, &n2, &n3, &n4] {
+        plant_owner_traps(c);
+    }
     // n4 retires: its subscriptions and slots go, and its claim stays as a tombstone everywhere.
     run_recipes(
         &["mesh-functions", "mesh-retire"],
@@ -272,6 +308,14 @@ fn three_writers_with_the_readme_recipes_add_and_retire_a_node() {
         );
         c.wait_for(CLAIMS_SEEN, "1/1,1/2,2/1", 15);
         c.pgbench_ok(INSERT, &["-c", "1", "-t", "100"]);
+    }
+    for c in [&n1, &n2, &n3, &n4] {
+        assert_eq!(
+            c.sql("SELECT rolsuper FROM pg_roles WHERE rolname = 'mallory'"),
+            "f",
+            "a README recipe ran the database owner's code as superuser"
+        );
+        c.sql("ALTER DATABASE postgres RESET search_path");
     }
     converge(&[&n1, &n2, &n3], 60);
     for c in [&n1, &n2, &n3] {
