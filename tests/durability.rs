@@ -283,12 +283,37 @@ fn two_servers_feed_one_table_through_logical_replication() {
 /// correction: refused (58000) until `snowflake.max_clock_drift` is raised above the gap, at
 /// once after it, restart or not; and never a duplicate, also when real time later passes
 /// through the range used while the clock was ahead.
-fn forward_jump_corrected(name: &str, jump: &str, drift_above_gap: &str) {
+/// The README's alert, run as written from this (the monitoring) host, whose clock is right.
+fn future_ids_alert(c: &Cluster) -> String {
+    let out = std::process::Command::new("bash")
+        .arg("-c")
+        .arg(common::readme_recipe("future-ids-alert"))
+        .env("DB", c.uri())
+        .env(
+            "PATH",
+            format!(
+                "{}:{}",
+                common::bindir().display(),
+                std::env::var("PATH").unwrap()
+            ),
+        )
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+fn forward_jump_corrected(name: &str, jump: &str, remedy: &str) {
     let mut c = Cluster::new(name, "snowflake.max_clock_drift = '10s'");
     c.fake_time(None);
     c.start();
     c.sql(TABLE);
     c.sql("INSERT INTO t (payload) SELECT 'before' FROM generate_series(1, 1000)");
+    assert_eq!(future_ids_alert(&c), "f");
     c.set_fake_offset(jump);
     if !common::worker_sees_the_clock(&c) {
         return;
@@ -302,6 +327,11 @@ fn forward_jump_corrected(name: &str, jump: &str, drift_above_gap: &str) {
     );
     c.sql("INSERT INTO t (payload) SELECT 'ahead' FROM generate_series(1, 5000)");
     let ahead = max_id(&c);
+    assert_eq!(
+        future_ids_alert(&c),
+        "t",
+        "the alert missed IDs dated in the future"
+    );
 
     // Corrected: the IDs issued while ahead lie in the future now.
     c.set_fake_offset("+0s");
@@ -321,10 +351,7 @@ fn forward_jump_corrected(name: &str, jump: &str, drift_above_gap: &str) {
     assert_eq!(e.sqlstate, "58000", "{}", e.raw);
 
     // The remedy works for any gap: at once, on reload.
-    c.sql(&format!(
-        "ALTER SYSTEM SET snowflake.max_clock_drift = '{drift_above_gap}'"
-    ));
-    c.sql("SELECT pg_reload_conf()");
+    c.script(remedy).unwrap();
     c.wait_for("SELECT snowflake_nextval() > 0", "t", 10);
     c.sql("INSERT INTO t (payload) SELECT 'resumed' FROM generate_series(1, 1000)");
     assert_all_above(&c, ahead, "resumed");
@@ -346,12 +373,17 @@ fn forward_jump_corrected(name: &str, jump: &str, drift_above_gap: &str) {
 
 #[test]
 fn a_clock_two_days_ahead_then_corrected() {
-    forward_jump_corrected("jump-2d", "+2d", "3d");
+    // The README's remedy as written: it is for a clock that ran 2 days ahead.
+    forward_jump_corrected("jump-2d", "+2d", &common::readme_recipe("raise-drift"));
 }
 
 #[test]
 fn a_clock_four_hundred_days_ahead_then_corrected() {
-    forward_jump_corrected("jump-400d", "+400d", "401d");
+    forward_jump_corrected(
+        "jump-400d",
+        "+400d",
+        "ALTER SYSTEM SET snowflake.max_clock_drift = '401d';\nSELECT pg_reload_conf();",
+    );
 }
 
 #[test]
