@@ -27,7 +27,7 @@ scripts/pg.sh 15 >/dev/null
 scripts/pg.sh "$PG_MAJOR" >/dev/null
 
 # pg_partman, for the partitioning recipe's test, where the distribution packages it for the major
-# (Debian 12: 4.7 for 15; the PyPI servers have none).
+# (Debian 12: 4.7 for 15; the PyPI builds have none).
 for m in $(printf '%s\n' 15 "$PG_MAJOR" | sort -u); do
   p=postgresql-$m-partman
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" && continue
@@ -48,7 +48,7 @@ fi
 config=${PGRX_HOME:-$HOME/.pgrx}/config.toml
 args=()
 stale=false
-for m in 15 16 18; do
+for m in 14 15 16 17 18; do
   if p=$(scripts/pg.sh --find "$m"); then
     args+=("--pg$m" "$p")
     grep -qx "pg$m = \"$p\"" "$config" 2>/dev/null || stale=true

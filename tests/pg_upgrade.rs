@@ -1,18 +1,61 @@
-//! pg_upgrade from 15 to the major under test (15 itself included), with the README's recipe run
-//! as written: the keys stay as they were, and the persisted high-water mark travels with the
-//! data, so the upgraded server issues IDs above the old maximum even when its clock is behind.
+//! pg_upgrade to the major under test from 14 (the oldest supported major) and from 15 (Debian
+//! 12's), each where it is not newer than the major under test, with the README's recipe run as
+//! written: the keys stay as they were, and the persisted high-water mark travels with the data,
+//! so the upgraded server issues IDs above the old maximum even when its clock is behind.
 
 mod common;
 use common::{as_owner, bindir, pg_config_of, pg_major, readme_script, Cluster};
 
 #[test]
-fn pg_upgrade_keeps_the_keys_and_carries_the_high_water_mark() {
-    let old_pg_config = std::env::var("SNOWFLAKE_UPGRADE_FROM_PG_CONFIG")
-        .unwrap_or_else(|_| "/usr/lib/postgresql/15/bin/pg_config".into());
+fn pg_upgrade_from_14_keeps_the_keys_and_carries_the_high_water_mark() {
+    upgrade_from(14);
+}
+
+#[test]
+fn pg_upgrade_from_15_keeps_the_keys_and_carries_the_high_water_mark() {
+    upgrade_from(15);
+}
+
+/// The pg_config of the old major's server: `make test-major` lists those of the majors it
+/// upgrades from (the ones not newer than the major under test) in
+/// SNOWFLAKE_UPGRADE_FROM_PG_CONFIGS. None for a major newer than the one under test, which
+/// pg_upgrade cannot go down from.
+fn old_pg_config(old_major: u32) -> Option<String> {
+    if old_major > pg_major() {
+        return None;
+    }
+    let listed = std::env::var("SNOWFLAKE_UPGRADE_FROM_PG_CONFIGS").unwrap_or_else(|_| {
+        panic!("SNOWFLAKE_UPGRADE_FROM_PG_CONFIGS names no server (run it with make test-major)")
+    });
+    let found = listed
+        .split_whitespace()
+        .find(|p| common::major_of(&pg_config_of(p, "--version")) == old_major);
+    Some(
+        found
+            .unwrap_or_else(|| {
+                panic!("no {old_major} in SNOWFLAKE_UPGRADE_FROM_PG_CONFIGS={listed}")
+            })
+            .to_string(),
+    )
+}
+
+fn upgrade_from(old_major: u32) {
+    let Some(old_pg_config) = old_pg_config(old_major) else {
+        eprintln!(
+            "pg_upgrade from {old_major} does not apply to {}: it only goes up",
+            pg_major()
+        );
+        return;
+    };
     let old_bin = std::path::PathBuf::from(pg_config_of(&old_pg_config, "--bindir"));
     let settings =
         "snowflake.datacenter_id = 3\nsnowflake.worker_id = 7\nsnowflake.max_clock_drift = '60s'";
-    let mut old = Cluster::of(&old_bin, "upgrade-old", settings, true);
+    let mut old = Cluster::of(
+        &old_bin,
+        &format!("upgrade-old-{old_major}"),
+        settings,
+        true,
+    );
     old.start();
     old.sql(
         "CREATE EXTENSION snowflake;
@@ -29,7 +72,7 @@ fn pg_upgrade_keeps_the_keys_and_carries_the_high_water_mark() {
     }
     old.stop("fast");
 
-    let mut new = Cluster::empty(&bindir(), "upgrade-new");
+    let mut new = Cluster::empty(&bindir(), &format!("upgrade-new-{old_major}"));
     // The old cluster was made with these options (see Cluster::of); 18's initdb would add
     // data checksums, which pg_upgrade refuses when the old cluster has none.
     let initdb_opts = format!(
@@ -107,11 +150,13 @@ fn pg_upgrade_keeps_the_keys_and_carries_the_high_water_mark() {
 
 /// Debian's 15.20 (a back-branch release of late 2026) records a version in every new column's
 /// attoptions under the reserved key `pg_attver`. Only pg_dump releases of the same date or later
-/// know that key; the newest 16 and 18 that can be installed here (16.14, 18.4, 18.6) are older,
-/// dump it as an ordinary option and then refuse it on restore ("unrecognized parameter"), for
-/// any table, with or without snowflake. A column created before that minor release has no such
-/// key, so removing it returns the catalog to a state a real 15 cluster is in, and pg_upgrade to
-/// these builds works. With the current minor of the new major it is not needed.
+/// know that key; the newest 16, 17 and 18 that can be installed here (16.15, 17.11, 18.6 from
+/// PyPI) are older, dump it as an ordinary option and then refuse it on restore ("unrecognized
+/// parameter"), for any table, with or without snowflake. A column created before that minor
+/// release has no such key, so removing it returns the catalog to a state a real 15 cluster is
+/// in, and pg_upgrade to these builds works. 14.23 never writes the key, so an upgrade from 14
+/// needs nothing (the statement then changes no row). With the current minor of the new major it
+/// is not needed.
 fn strip_back_branch_attver(c: &Cluster) {
     c.sql(
         "SET allow_system_table_mods = on;

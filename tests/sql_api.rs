@@ -161,6 +161,19 @@ fn the_loaded_module_names_itself_and_its_version() {
     }
 }
 
+/// The servers this suite and the benchmark run are production-like builds: with OpenSSL, whose
+/// generator `gen_random_uuid()` (and 18's `uuidv7()`) use, instead of a read of /dev/urandom per
+/// call, which would handicap the UUIDs the benchmark compares against.
+#[test]
+fn the_server_under_test_is_an_openssl_build() {
+    let c = server();
+    assert_eq!(c.sql("SHOW ssl_library"), "OpenSSL");
+    assert_eq!(
+        c.sql("SELECT count(DISTINCT gen_random_uuid()) FROM generate_series(1, 1000)"),
+        "1000"
+    );
+}
+
 #[test]
 fn custom_epoch_is_used_by_every_function() {
     let mut c = Cluster::new("epoch", "snowflake.epoch = '2015-01-01 00:00:00+00'");
