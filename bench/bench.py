@@ -5,7 +5,10 @@ Everything is measured in one run on one throwaway server, so the ratios compare
   1. cost per call in one session (median of several interleaved rounds, minus the shared floor),
   2. pgbench INSERT throughput at 1..16 clients, with synchronous_commit on and off,
   3. table and primary-key index size after 1,000,000 rows,
-  4. instructions per call counted by valgrind (callgrind), which machine noise does not move.
+  4. instructions per call counted by valgrind (callgrind), which machine noise does not move,
+  5. each key's table grown past memory (WAL, full-page images, index size),
+  6. on PostgreSQL 16 to 18, INSERT throughput on a Citus cluster (a coordinator and two workers),
+     through the coordinator and through every node (scripts/citus.sh builds Citus).
 Writes bench/results/<date>-pgNN.md, latest-pgNN.md and tps-pgNN.png for the server's major NN.
 On PostgreSQL 18 and later, the native uuidv7() joins gen_random_uuid() in every part.
 This is a benchmark, not a test: it never fails on a time.
@@ -30,7 +33,9 @@ ROUNDS = int(os.environ.get("BENCH_ROUNDS", "7"))
 DURATION = int(os.environ.get("BENCH_DURATION", "5"))
 PGBENCH_ROUNDS = int(os.environ.get("BENCH_PGBENCH_ROUNDS", "3"))
 CLIENTS = [int(c) for c in os.environ.get("BENCH_CLIENTS", "1,2,4,8,16").split(",")]
-PARTS = os.environ.get("BENCH_PARTS", "calls,concurrency,pgbench,sizes,instructions,scale").split(",")
+PARTS = os.environ.get("BENCH_PARTS", "calls,concurrency,pgbench,sizes,instructions,scale,citus").split(",")
+# The Citus part: total pgbench clients, spread evenly over the nodes in the "every node" runs.
+CITUS_CLIENTS = int(os.environ.get("BENCH_CITUS_CLIENTS", "6"))
 # The scale part: a server with small shared buffers, each key's table grown in steps until its
 # primary-key index is SCALE_FACTOR times shared_buffers (or SCALE_MAX_ROWS).
 SCALE_SHARED_BUFFERS_MB = int(os.environ.get("BENCH_SCALE_SHARED_BUFFERS_MB", "64"))
@@ -437,6 +442,74 @@ plot {", ".join(plots)}
     return names
 
 
+CITUS_KINDS = {k: v for k, v in KINDS.items() if k in ("snowflake", "bigserial", "uuidv7")}
+
+
+def bench_citus():
+    """INSERT TPS on a Citus cluster, each table distributed by its key: pgbench through the
+    coordinator alone, and through the coordinator and both workers at once (the same number of
+    clients in all). None on a major that Citus 14 does not support."""
+    r = subprocess.run([os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts", "citus.sh"),
+                        str(MAJOR)], capture_output=True, text=True, env={**os.environ, "PG_CONFIG": PG_CONFIG})
+    if r.returncode == 3:
+        return None
+    if r.returncode != 0:
+        raise SystemExit("scripts/citus.sh failed: " + r.stderr)
+    nodes = []
+    try:
+        for i in range(3):
+            n = Server(port=54410 + i, conf=f"""shared_preload_libraries = 'citus,snowflake'
+shared_buffers = 256MB
+max_connections = 200
+citus.shard_count = 8
+snowflake.datacenter_id = 1
+snowflake.worker_id = {i}""")
+            with open(os.path.join(n.data, "postgresql.conf"), "a") as f:
+                f.write(f"citus.local_hostname = '{n.dir}'\n")
+            n.start()
+            n.psql("CREATE EXTENSION citus;")
+            nodes.append(n)
+        coord = nodes[0]
+        coord.psql(f"SELECT citus_set_coordinator_host('{coord.dir}', {coord.port});" +
+                   "".join(f"SELECT citus_add_node('{w.dir}', {w.port});" for w in nodes[1:]) +
+                   "CREATE EXTENSION snowflake;")
+        for kind, col in CITUS_KINDS.items():
+            coord.psql(f"CREATE TABLE c_{kind} ({col}, payload text NOT NULL); "
+                       f"SELECT create_distributed_table('c_{kind}', 'id');")
+        runs = {}
+        routes = {"coordinator": [(coord, CITUS_CLIENTS)],
+                  "every node": [(n, CITUS_CLIENTS // len(nodes)) for n in nodes]}
+        for rnd in range(PGBENCH_ROUNDS):
+            for route, targets in routes.items():
+                for kind in CITUS_KINDS:
+                    coord.psql(f"TRUNCATE c_{kind};")
+                    script = os.path.join(coord.dir, f"c_{kind}.sql")
+                    with open(script, "w") as f:
+                        f.write(f"INSERT INTO c_{kind} (payload) VALUES ('payload');\n")
+                    procs = [subprocess.Popen([f"{BIN}/pgbench", "-n", "-h", n.dir, "-p", str(n.port), "-U", "postgres",
+                                               "-c", str(c), "-j", str(min(c, os.cpu_count() or 1)), "-T", str(DURATION),
+                                               "-f", script, "postgres"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                              text=True) for n, c in targets]
+                    tps = 0.0
+                    for p in procs:
+                        out, err = p.communicate()
+                        m = re.search(r"tps = ([0-9.]+)", out)
+                        if p.returncode != 0 or not m:
+                            raise SystemExit(f"pgbench on Citus failed: {err}")
+                        tps += float(m.group(1))
+                    runs.setdefault((route, kind), []).append(tps)
+                    print(f"  round {rnd + 1} citus via {route:11s} {kind:10s} {tps:10.0f} tps", flush=True)
+        dup = coord.psql("SELECT " + " + ".join(f"(SELECT count(*) - count(DISTINCT id) FROM c_{k})" for k in CITUS_KINDS))
+        if dup != "0":
+            raise SystemExit(f"duplicate keys on Citus: {dup}")
+        return {k: statistics.median(v) for k, v in runs.items()}
+    finally:
+        for n in nodes:
+            if n.proc and n.proc.poll() is None:
+                n.stop()
+            n.cleanup()
+
+
 def main():
     os.makedirs(OUT, exist_ok=True)
     today = datetime.date.today().isoformat()
@@ -539,6 +612,26 @@ def main():
         md.append("")
         for title, name in charts:
             md += [f"![{title}]({name})", ""]
+    if "citus" in PARTS:
+        print("6. Citus ...", flush=True)
+        ct = bench_citus()
+        md += ["## 6. INSERT on Citus", ""]
+        if ct is None:
+            md += [f"Not run: Citus 14.0.1 supports PostgreSQL 16, 17 and 18, and this is {MAJOR}.", ""]
+        else:
+            md += [f"A Citus 14.0.1 cluster on this machine: a coordinator and two workers (each its own server, each "
+                   f"preloading `citus,snowflake` with its own pair), every table distributed by its key over 8 shards. "
+                   f"`INSERT INTO t (payload) VALUES ('payload')`, {CITUS_CLIENTS} pgbench clients in all, {DURATION} s per "
+                   f"run, median TPS of {PGBENCH_ROUNDS} interleaved rounds (ratio to bigserial, whose values Citus takes "
+                   "from a range per node group). Through the coordinator: every client connects to it; through every "
+                   f"node: {CITUS_CLIENTS // 3} clients on each of the three nodes, each node generating the keys of the "
+                   "rows it receives. Every key was unique at the end.", "",
+                   "| route | " + " | ".join(CITUS_KINDS) + " |", "|---|" + "---:|" * len(CITUS_KINDS)]
+            for route in ("coordinator", "every node"):
+                base = ct[(route, "bigserial")] or 1
+                md.append(f"| {route} | " + " | ".join(f"{ct[(route, k)]:.0f} ({ct[(route, k)] / base:.2f})"
+                                                      for k in CITUS_KINDS) + " |")
+            md.append("")
     text = "\n".join(md)
     for name in (f"{today}-pg{MAJOR}.md", f"latest-pg{MAJOR}.md"):
         with open(os.path.join(OUT, name), "w") as f:

@@ -52,7 +52,7 @@ pub fn register() {
 /// run) would otherwise hand to the worker's session, pinned for that session: a session value
 /// outranks database and role defaults. `synchronous_commit` is not here: each transaction sets
 /// it with SET LOCAL, which outranks them too.
-const PINNED: [(&CStr, &CStr); 11] = [
+const PINNED: [(&CStr, &CStr); 12] = [
     // Unqualified names could resolve to the owner's functions and operators (run as superuser).
     (c"search_path", c"pg_catalog, pg_temp"),
     // Each of these would stop the worker from writing the lease, and so stop ID generation.
@@ -68,6 +68,11 @@ const PINNED: [(&CStr, &CStr); 11] = [
     (c"default_tablespace", c""),
     (c"default_table_access_method", c"heap"),
     (c"session_replication_role", c"origin"),
+    // Citus, where it is loaded (skipped elsewhere): `_snowflake` is each node's own. Citus would
+    // otherwise propagate the worker's CREATE SCHEMA from a coordinator to every worker (making
+    // the lease depend on every node being reachable) and, on a worker node after its metadata
+    // sync, refuse it ("operation is not allowed on this node"), stopping the lease.
+    (c"citus.enable_ddl_propagation", c"off"),
 ];
 
 fn pin_session() {

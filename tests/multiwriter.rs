@@ -3,8 +3,7 @@
 //! that refuses IDs while another server claims the same datacenter and worker ID.
 
 mod common;
-use common::{eventually, pg_major, readme_script, Cluster};
-use std::process::Command;
+use common::{eventually, pg_major, run_recipes, uris, Cluster};
 use std::thread;
 use std::time::Duration;
 
@@ -149,31 +148,6 @@ fn two_servers_write_both_ways_through_a_crash_with_the_clock_set_back() {
 }
 
 /// Runs README recipes in one shell, as a user pastes them, with `vars` set.
-fn run_recipes(blocks: &[&str], vars: &[(&str, String)]) {
-    let path = format!(
-        "{}:{}",
-        common::bindir().display(),
-        std::env::var("PATH").unwrap()
-    );
-    let out = Command::new("bash")
-        .arg("-c")
-        .arg(readme_script(blocks))
-        .env("PATH", path)
-        .envs(vars.iter().map(|(k, v)| (*k, v.as_str())))
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "README recipes {blocks:?} failed:\n{}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-fn uris(nodes: &[&Cluster]) -> String {
-    nodes.iter().map(|c| c.uri()).collect::<Vec<_>>().join(" ")
-}
-
 const CLAIMS_SEEN: &str = "SELECT string_agg(datacenter_id || '/' || worker_id, ',' ORDER BY datacenter_id, worker_id) FROM _snowflake.claims WHERE NOT retired";
 
 /// `mallory` owns the database the recipes work in and has prepared it for a superuser's

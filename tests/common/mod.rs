@@ -620,6 +620,30 @@ pub fn readme_script(blocks: &[&str]) -> String {
     script.join("\n")
 }
 
+/// Runs README blocks as one bash script, with the server's programs first on PATH and `vars`
+/// in the environment; panics with the output when it fails.
+pub fn run_recipes(blocks: &[&str], vars: &[(&str, String)]) {
+    let path = format!("{}:{}", bindir().display(), std::env::var("PATH").unwrap());
+    let out = Command::new("bash")
+        .arg("-c")
+        .arg(readme_script(blocks))
+        .env("PATH", path)
+        .envs(vars.iter().map(|(k, v)| (*k, v.as_str())))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "README recipes {blocks:?} failed:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The connection URIs of `nodes`, space-separated (the recipes' NODES).
+pub fn uris(nodes: &[&Cluster]) -> String {
+    nodes.iter().map(|c| c.uri()).collect::<Vec<_>>().join(" ")
+}
+
 /// The shell block that follows `<!-- recipe: NAME -->` in README.md, exactly as a user reads it.
 pub fn readme_recipe(name: &str) -> String {
     let readme =
