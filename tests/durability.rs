@@ -285,26 +285,7 @@ fn two_servers_feed_one_table_through_logical_replication() {
 /// through the range used while the clock was ahead.
 /// The README's alert, run as written from this (the monitoring) host, whose clock is right.
 fn future_ids_alert(c: &Cluster) -> String {
-    let out = std::process::Command::new("bash")
-        .arg("-c")
-        .arg(common::readme_recipe("future-ids-alert"))
-        .env("DB", c.uri())
-        .env(
-            "PATH",
-            format!(
-                "{}:{}",
-                common::bindir().display(),
-                std::env::var("PATH").unwrap()
-            ),
-        )
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
+    common::run_recipes(&["future-ids-alert"], &[("DB", c.uri())])
 }
 
 fn forward_jump_corrected(name: &str, jump: &str, remedy: &str) {

@@ -621,8 +621,8 @@ pub fn readme_script(blocks: &[&str]) -> String {
 }
 
 /// Runs README blocks as one bash script, with the server's programs first on PATH and `vars`
-/// in the environment; panics with the output when it fails.
-pub fn run_recipes(blocks: &[&str], vars: &[(&str, String)]) {
+/// in the environment; panics with the output when it fails, else returns its trimmed stdout.
+pub fn run_recipes(blocks: &[&str], vars: &[(&str, String)]) -> String {
     let path = format!("{}:{}", bindir().display(), std::env::var("PATH").unwrap());
     let out = Command::new("bash")
         .arg("-c")
@@ -637,6 +637,7 @@ pub fn run_recipes(blocks: &[&str], vars: &[(&str, String)]) {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
 /// The connection URIs of `nodes`, space-separated (the recipes' NODES).
