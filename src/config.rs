@@ -29,6 +29,7 @@ static WORKER_ID: GucSetting<i32> = GucSetting::<i32>::new(0);
 static EPOCH: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(Some(DEFAULT_EPOCH));
 static MAX_CLOCK_DRIFT: GucSetting<f64> = GucSetting::<f64>::new(DEFAULT_MAX_CLOCK_DRIFT_MS);
 static CLAIM_EXPIRY: GucSetting<i32> = GucSetting::<i32>::new(DEFAULT_CLAIM_EXPIRY_MS);
+static TRACK_HORIZON: GucSetting<bool> = GucSetting::<bool>::new(true);
 static DATABASE: GucSetting<Option<CString>> =
     GucSetting::<Option<CString>>::new(Some(c"postgres"));
 
@@ -63,6 +64,11 @@ pub fn max_clock_drift_ms() -> u64 {
 /// `snowflake.claim_expiry` in ms: how long another server's claim stays live unrefreshed.
 pub fn claim_expiry_ms() -> u64 {
     CLAIM_EXPIRY.get().max(MIN_CLAIM_EXPIRY_MS) as u64
+}
+
+/// `snowflake.track_horizon`: whether transactions' IDs are tracked for `snowflake_horizon()`.
+pub fn track_horizon() -> bool {
+    TRACK_HORIZON.get()
 }
 
 /// The database in which the lease worker keeps the high-water mark.
@@ -147,13 +153,14 @@ fn check_real(name: &CStr, min: f64, max: f64, units: &[(&str, i64)]) {
 /// Every setting this library defines. Any other `snowflake.*` in the configuration is a typo,
 /// and a typo such as `snowflake.workerid = 7` would leave the server running as worker 0, the
 /// very way two servers come to share a pair: it stops the server at start-up.
-pub const SETTINGS: [&str; 6] = [
+pub const SETTINGS: [&str; 7] = [
     "snowflake.datacenter_id",
     "snowflake.worker_id",
     "snowflake.epoch",
     "snowflake.max_clock_drift",
     "snowflake.claim_expiry",
     "snowflake.database",
+    "snowflake.track_horizon",
 ];
 
 /// The settings under our prefix that we do not define, each with the one it most likely meant.
@@ -227,6 +234,23 @@ fn check_int(name: &CStr, min: i64, max: i64, units: &[(&str, i64)]) -> Option<i
             Some(format!("\"{pname}\" takes a whole number between {min} and {max}.")),
             None,
         ),
+    }
+}
+
+fn check_bool(name: &CStr) {
+    let Some(text) = raw_setting(name) else {
+        return;
+    };
+    let mut value = false;
+    let c = CString::new(text.clone()).unwrap_or_default();
+    if !unsafe { pg_sys::parse_bool(c.as_ptr(), &mut value) } {
+        let pname = name.to_string_lossy();
+        fatal(
+            PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+            format!("parameter \"{pname}\" requires a Boolean value"),
+            Some(format!("It is set to \"{text}\".")),
+            Some("Use on or off in postgresql.conf (or postgresql.auto.conf) and start the server again."),
+        );
     }
 }
 
@@ -314,6 +338,7 @@ pub fn init_preloaded() {
         MAX_CLAIM_EXPIRY_MS.into(),
         TIME_UNITS,
     );
+    check_bool(c"snowflake.track_horizon");
     let epoch = check_epoch(PgLogLevel::FATAL);
     GucRegistry::define_int_guc(
         c"snowflake.datacenter_id",
@@ -368,6 +393,14 @@ pub fn init_preloaded() {
         c"Database in which snowflake keeps its persisted high-water mark.",
         c"The lease worker connects to it and keeps the sequence _snowflake.lease_ms there; it must exist.",
         &DATABASE,
+        GucContext::Postmaster,
+        GucFlags::default(),
+    );
+    GucRegistry::define_bool_guc(
+        c"snowflake.track_horizon",
+        c"Tracks the smallest snowflake ID of every open transaction, for snowflake_horizon().",
+        c"Costs one compare in snowflake_nextval() and one at the end of a transaction that took an ID; off makes snowflake_horizon() raise an error.",
+        &TRACK_HORIZON,
         GucContext::Postmaster,
         GucFlags::default(),
     );

@@ -6,9 +6,11 @@
 pub mod core;
 
 mod api;
+mod codec;
 mod config;
 mod errors;
 mod fleet;
+mod horizon;
 mod lease;
 mod partitions;
 mod shmem;
@@ -50,6 +52,9 @@ pub extern "C-unwind" fn _PG_init() {
     }
     config::init_preloaded();
     shmem::init();
+    if config::track_horizon() {
+        horizon::init();
+    }
     // pg_upgrade runs the new server in binary-upgrade mode and then restores the old cluster's
     // schema, `_snowflake` and its lease included: a worker creating them first would make the
     // restore fail, and no ID is generated during an upgrade anyway.

@@ -109,11 +109,15 @@ pub fn init() {
 struct Hot {
     shared: *mut Shared,
     lock: *mut pg_sys::LWLock,
+    /// The holding slot of this process's transaction (see `horizon.rs`); null when
+    /// `snowflake.track_horizon` is off.
+    slot: *const std::sync::atomic::AtomicI64,
 }
 
 static mut HOT: Hot = Hot {
     shared: std::ptr::null_mut(),
     lock: std::ptr::null_mut(),
+    slot: std::ptr::null(),
 };
 
 /// The two LWLock calls without pgrx's sigsetjmp guard around them (see `snowflake_nextval`).
@@ -131,7 +135,8 @@ pub fn enable_hot_path() {
         if HOT.shared.is_null() {
             let lock = &raw mut (*pg_sys::GetNamedLWLockTranche(GENERATOR.name().as_ptr())).lock;
             let shared: *mut Shared = &mut *GENERATOR.exclusive();
-            HOT = Hot { shared, lock };
+            let slot = crate::horizon::hot_slot();
+            HOT = Hot { shared, lock, slot };
         }
     }
 }
@@ -167,6 +172,16 @@ pub unsafe fn hot_attempt(
         let state = &mut (*hot.shared).state;
         let now = if state.is_stale(early) { read() } else { early };
         let step = state.next(now, node, drift);
+        // The read horizon's invariant: an issued ID is held by its transaction's slot before
+        // the lock is released (IDs increase, so only the first of a transaction is stored).
+        if let Ok(crate::core::generator::Step::Issued(id)) = step {
+            if !hot.slot.is_null() {
+                let slot = &*hot.slot;
+                if id < slot.load(std::sync::atomic::Ordering::Relaxed) {
+                    slot.store(id, std::sync::atomic::Ordering::Relaxed);
+                }
+            }
+        }
         unguarded::LWLockRelease(hot.lock);
         Some(step)
     }

@@ -1,0 +1,77 @@
+//! The short text forms of `core::codec` as SQL functions.
+
+use crate::core::codec::{self, CodecError, Form};
+use crate::errors;
+use pgrx::prelude::*;
+use pgrx::PgSqlErrorCode;
+
+fn check<T>(r: Result<T, CodecError>, input: &str) -> T {
+    r.unwrap_or_else(|e| {
+        let (code, detail, hint) = match &e {
+            CodecError::Negative(_) => (
+                PgSqlErrorCode::ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE,
+                None,
+                Some("Snowflake IDs are never negative (bit 63 is always 0)."),
+            ),
+            CodecError::BadChar { form: Form::Base62, .. } => (
+                PgSqlErrorCode::ERRCODE_INVALID_TEXT_REPRESENTATION,
+                Some(format!("The input was \"{input}\".")),
+                Some("base62 uses 0-9, A-Z and a-z, and case matters."),
+            ),
+            CodecError::BadChar { form: Form::Base32, .. } => (
+                PgSqlErrorCode::ERRCODE_INVALID_TEXT_REPRESENTATION,
+                Some(format!("The input was \"{input}\".")),
+                Some("Crockford base32 uses 0-9 and A-Z except I, L, O and U, in either case; I and L read as 1, O as 0, and hyphens are ignored."),
+            ),
+            CodecError::Length { .. } => (
+                PgSqlErrorCode::ERRCODE_INVALID_TEXT_REPRESENTATION,
+                Some(format!("The input was \"{input}\".")),
+                Some("The forms are fixed-width: keep the leading zeros."),
+            ),
+            CodecError::TooLarge { .. } => (
+                PgSqlErrorCode::ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE,
+                Some(format!("The input was \"{input}\"; the largest ID is 9223372036854775807.")),
+                None,
+            ),
+        };
+        errors::raise(code, e.to_string(), detail, hint)
+    })
+}
+
+/// The ID as 11 base62 characters (0-9A-Za-z) that sort like the number under COLLATE "C".
+#[pg_extern(immutable, strict, parallel_safe)]
+fn snowflake_to_base62(id: i64) -> String {
+    check(codec::to_base62(id), &id.to_string())
+}
+
+#[pg_extern(immutable, strict, parallel_safe)]
+fn snowflake_from_base62(encoded: &str) -> i64 {
+    check(codec::from_base62(encoded), encoded)
+}
+
+/// The ID as 13 characters of Crockford's base32 (upper case) that sort like the number.
+#[pg_extern(immutable, strict, parallel_safe)]
+fn snowflake_to_base32(id: i64) -> String {
+    check(codec::to_base32(id), &id.to_string())
+}
+
+#[pg_extern(immutable, strict, parallel_safe)]
+fn snowflake_from_base32(encoded: &str) -> i64 {
+    check(codec::from_base32(encoded), encoded)
+}
+
+extension_sql!(
+    r#"
+COMMENT ON FUNCTION snowflake_to_base62(bigint) IS 'The ID as 11 base62 characters (0-9A-Za-z); byte order (COLLATE "C") is numeric order';
+COMMENT ON FUNCTION snowflake_from_base62(text) IS 'The ID of an 11-character base62 form';
+COMMENT ON FUNCTION snowflake_to_base32(bigint) IS 'The ID as 13 characters of Crockford''s base32; string order is numeric order';
+COMMENT ON FUNCTION snowflake_from_base32(text) IS 'The ID of a 13-character Crockford base32 form (any case; I and L read as 1, O as 0; hyphens ignored)';
+"#,
+    name = "snowflake_codec_comments",
+    requires = [
+        snowflake_to_base62,
+        snowflake_from_base62,
+        snowflake_to_base32,
+        snowflake_from_base32
+    ]
+);

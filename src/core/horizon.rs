@@ -1,0 +1,296 @@
+//! The read horizon: the largest ID `H` such that no transaction of this server that is still in
+//! progress holds, or can still obtain, an ID at or below `H`.
+//!
+//! A reader that polls `WHERE id > last_seen AND id <= H` and then advances `last_seen` to the
+//! largest ID it got never misses a row, however the writers' transactions commit: every row at
+//! or below `H` that will ever commit has committed already.
+//!
+//! How it is kept exact (the glue in `horizon.rs` holds the pieces; this module decides):
+//! - every ID is issued under the generator's lock, and future IDs are all greater than the
+//!   generator's position (`State::position`);
+//! - in the same critical section that issues an ID, the ID is recorded in the *holding slot* of
+//!   the transaction it was issued to, if the slot is empty (IDs increase, so the first one is the
+//!   transaction's smallest). A parallel worker records into its leader's slot: its IDs belong to
+//!   the leader's transaction;
+//! - a slot is emptied only after its transaction has ended and is visible to every new snapshot
+//!   (PostgreSQL calls the end-of-transaction callback after `ProcArrayEndTransaction`);
+//! - a prepared transaction moves its smallest ID into the *prepared table* before it stops being
+//!   the backend's (PRE_PREPARE), keyed by its transaction ID; an entry is dropped only once that
+//!   transaction ID is no longer in progress (COMMIT or ROLLBACK PREPARED has finished);
+//! - after a restart the prepared table is empty, but transactions prepared before it may hold IDs
+//!   we know nothing about: each is entered with `UNKNOWN` (below every ID) until it ends.
+//!
+//! - an idle generator's position would stay at its last ID, holding back readers that combine
+//!   the horizons of several servers: so reading the horizon first commits the generator to the
+//!   clock, as if it had issued an ID at the previous millisecond (`advance`), within the lease
+//!   (which survives a restart; the generator restarts above it). A clock that then steps back
+//!   is handled as after any issued ID.
+//!
+//! So H = min(position, (smallest held ID) − 1), read under the generator's lock.
+
+use super::layout::{assemble, Node, MAX_TIMESTAMP};
+
+/// An empty holding slot: above every ID, so that a plain `min` ignores it.
+pub const EMPTY: i64 = i64::MAX;
+/// What a prepared transaction from before a restart holds: possibly any ID.
+pub const UNKNOWN: i64 = 0;
+
+/// The generator's position: every ID it issues from now on is greater. `last_ms` and
+/// `last_seq` are the state's (the last ID issued, or the floor it starts above, where
+/// `MAX_SEQUENCE` means that nothing is left in `last_ms`: the next ID is in a later millisecond).
+pub fn position(last_ms: u64, last_seq: u32, node: Node) -> i64 {
+    assemble(last_ms.min(MAX_TIMESTAMP), node, last_seq)
+}
+
+/// How far reading the horizon at clock `now_ms` (ms since the epoch) raises the floor of a
+/// generator at `last_ms` with lease `lease_ms`: to the previous millisecond, so that every ID
+/// from then on carries `now_ms` or later, but never past the lease. Returns (the floor to raise
+/// to, if it rises; whether the lease is short of the clock and should be renewed).
+pub fn advance(now_ms: i64, last_ms: u64, lease_ms: u64) -> (Option<u64>, bool) {
+    if now_ms < 1 {
+        return (None, false);
+    }
+    let target = (now_ms - 1) as u64;
+    let to = target.min(lease_ms);
+    ((to > last_ms).then_some(to), target > lease_ms)
+}
+
+/// The horizon, from the generator's position and the smallest ID of every holding slot and
+/// prepared entry (empty ones are `EMPTY`). It can be -1 (nothing is settled yet).
+pub fn horizon(position: i64, held: impl IntoIterator<Item = i64>) -> i64 {
+    let smallest = held.into_iter().min().unwrap_or(EMPTY);
+    position.min(smallest.saturating_sub(1))
+}
+
+/// Records `id` as held by a transaction whose slot holds `slot`: the slot keeps the smallest.
+#[inline(always)]
+pub fn hold(slot: i64, id: i64) -> i64 {
+    slot.min(id)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::generator::{State, Step};
+    use proptest::prelude::*;
+    use std::collections::BTreeSet;
+
+    #[test]
+    fn the_horizon_is_the_position_when_nothing_is_held() {
+        let node = Node::new(1, 2).unwrap();
+        let p = position(1000, 7, node);
+        assert_eq!(horizon(p, [EMPTY, EMPTY]), p);
+        assert_eq!(horizon(p, []), p);
+        assert_eq!(horizon(p, [p]), p - 1);
+        assert_eq!(horizon(p, [UNKNOWN]), -1);
+        assert_eq!(hold(EMPTY, 5), 5);
+        assert_eq!(hold(5, 9), 5);
+    }
+
+    #[test]
+    fn reading_the_horizon_moves_an_idle_generator_to_the_clock_within_the_lease() {
+        assert_eq!(advance(1000, 500, u64::MAX), (Some(999), false));
+        assert_eq!(advance(1000, 999, u64::MAX), (None, false));
+        assert_eq!(advance(1000, 2000, u64::MAX), (None, false), "never lowers");
+        assert_eq!(advance(1000, 500, 700), (Some(700), true), "not past the lease");
+        assert_eq!(advance(1000, 700, 700), (None, true));
+        assert_eq!(advance(0, 0, 0), (None, false), "a clock before the epoch");
+        // Afterwards every ID is above the position, even with the clock stepped back.
+        let node = Node::new(0, 0).unwrap();
+        let mut s = State::new();
+        let (to, _) = advance(5000, s.last_ms, s.lease_ms);
+        s.raise_floor(to.unwrap());
+        let p = position(s.last_ms, s.last_seq, node);
+        for now in [5000, 4000, 4999, 5000, 5001] {
+            if let Ok(Step::Issued(id)) = s.next(now, node, 10_000) {
+                assert!(id > p);
+            }
+        }
+    }
+
+    #[test]
+    fn every_future_id_is_above_the_position() {
+        let node = Node::new(3, 7).unwrap();
+        let mut s = State::new();
+        s.raise_floor(500);
+        let mut p = position(s.last_ms, s.last_seq, node);
+        for now in [400, 501, 501, 501, 502, 900, 900] {
+            if let Ok(Step::Issued(id)) = s.next(now, node, 10_000) {
+                assert!(id > p, "{id} after position {p}");
+                p = position(s.last_ms, s.last_seq, node);
+                assert_eq!(p, id, "after an ID the position is that ID");
+            }
+        }
+    }
+
+    /// One operation of the model: which transaction (or the reader) acts.
+    #[derive(Clone, Debug)]
+    enum Op {
+        Begin,
+        Take(usize),
+        TakeInWorker(usize),
+        Commit(usize),
+        Abort(usize),
+        Prepare(usize),
+        FinishPrepared(usize, bool),
+        Poll,
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            2 => Just(Op::Begin),
+            6 => (0..8usize).prop_map(Op::Take),
+            2 => (0..8usize).prop_map(Op::TakeInWorker),
+            3 => (0..8usize).prop_map(Op::Commit),
+            1 => (0..8usize).prop_map(Op::Abort),
+            1 => (0..8usize).prop_map(Op::Prepare),
+            1 => (0..8usize, any::<bool>()).prop_map(|(i, c)| Op::FinishPrepared(i, c)),
+            3 => Just(Op::Poll),
+        ]
+    }
+
+    #[derive(Default)]
+    struct Xact {
+        ids: Vec<i64>,
+        slot: Option<usize>,
+        prepared: bool,
+    }
+
+    /// A server: a generator, holding slots, a prepared table, transactions that commit in any
+    /// order, and two readers, one that stops at the horizon and one that trusts `max(id)`.
+    /// Returns (rows committed, rows the horizon reader saw, rows the naive reader saw).
+    fn run(ops: &[Op]) -> (BTreeSet<i64>, BTreeSet<i64>, BTreeSet<i64>) {
+        let node = Node::new(0, 1).unwrap();
+        let mut gen = State::new();
+        let mut now = 10i64;
+        let mut slots = vec![EMPTY; 4];
+        let mut prepared: Vec<(usize, i64)> = Vec::new();
+        let mut xacts: Vec<Xact> = Vec::new();
+        let mut committed = BTreeSet::new();
+        let (mut seen_h, mut seen_n) = (BTreeSet::new(), BTreeSet::new());
+        let (mut last_h, mut last_n) = (-1i64, -1i64);
+        let live = |xacts: &Vec<Xact>, i: usize| {
+            let n = xacts.len();
+            (n > 0).then(|| i % n).filter(|&k| xacts[k].slot.is_some())
+        };
+        let poll = |committed: &BTreeSet<i64>,
+                    h: i64,
+                    last_h: &mut i64,
+                    last_n: &mut i64,
+                    seen_h: &mut BTreeSet<i64>,
+                    seen_n: &mut BTreeSet<i64>| {
+            if h > *last_h {
+                for &id in committed.range(*last_h + 1..=h) {
+                    seen_h.insert(id);
+                    *last_h = id;
+                }
+            }
+            for &id in committed.range(*last_n + 1..) {
+                seen_n.insert(id);
+                *last_n = id;
+            }
+        };
+        for op in ops {
+            now += 1;
+            match *op {
+                Op::Begin => {
+                    if let Some(free) = (0..slots.len())
+                        .find(|s| !xacts.iter().any(|x| x.slot == Some(*s) && !x.prepared))
+                    {
+                        xacts.push(Xact {
+                            slot: Some(free),
+                            ..Default::default()
+                        });
+                    }
+                }
+                Op::Take(i) | Op::TakeInWorker(i) => {
+                    if let Some(k) = live(&xacts, i).filter(|&k| !xacts[k].prepared) {
+                        if let Ok(Step::Issued(id)) = gen.next(now / 3, node, 10_000) {
+                            let s = xacts[k].slot.unwrap();
+                            slots[s] = hold(slots[s], id);
+                            xacts[k].ids.push(id);
+                        }
+                    }
+                }
+                Op::Commit(i) | Op::Abort(i) => {
+                    if let Some(k) = live(&xacts, i).filter(|&k| !xacts[k].prepared) {
+                        if matches!(op, Op::Commit(_)) {
+                            committed.extend(xacts[k].ids.iter().copied());
+                        }
+                        slots[xacts[k].slot.unwrap()] = EMPTY;
+                        xacts.remove(k);
+                    }
+                }
+                Op::Prepare(i) => {
+                    if let Some(k) = live(&xacts, i).filter(|&k| !xacts[k].prepared) {
+                        let s = xacts[k].slot.unwrap();
+                        if slots[s] != EMPTY {
+                            prepared.push((k, slots[s]));
+                        }
+                        slots[s] = EMPTY;
+                        xacts[k].prepared = true;
+                    }
+                }
+                Op::FinishPrepared(i, commit) => {
+                    if let Some(k) = live(&xacts, i).filter(|&k| xacts[k].prepared) {
+                        if commit {
+                            committed.extend(xacts[k].ids.iter().copied());
+                        }
+                        let gone = xacts[k].ids.first().copied();
+                        prepared.retain(|&(_, min)| Some(min) != gone);
+                        xacts.remove(k);
+                    }
+                }
+                Op::Poll => {
+                    if let (Some(to), _) = advance(now / 3, gen.last_ms, gen.lease_ms) {
+                        gen.raise_floor(to);
+                    }
+                    let p = position(gen.last_ms, gen.last_seq, node);
+                    let h = horizon(p, slots.iter().copied().chain(prepared.iter().map(|e| e.1)));
+                    poll(
+                        &committed,
+                        h,
+                        &mut last_h,
+                        &mut last_n,
+                        &mut seen_h,
+                        &mut seen_n,
+                    );
+                }
+            }
+        }
+        // Everything ends; one last poll each.
+        for x in xacts.drain(..) {
+            committed.extend(x.ids);
+        }
+        let h = position(gen.last_ms, gen.last_seq, node);
+        poll(
+            &committed,
+            h,
+            &mut last_h,
+            &mut last_n,
+            &mut seen_h,
+            &mut seen_n,
+        );
+        (committed, seen_h, seen_n)
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 400, ..ProptestConfig::default() })]
+        #[test]
+        fn a_reader_that_stops_at_the_horizon_never_misses_a_row(ops in proptest::collection::vec(op(), 1..300)) {
+            let (committed, seen, _) = run(&ops);
+            prop_assert_eq!(committed, seen);
+        }
+    }
+
+    #[test]
+    fn a_reader_that_trusts_the_largest_id_misses_rows() {
+        // Two transactions take IDs; the later one commits first and the reader polls between.
+        use Op::*;
+        let ops = [Begin, Begin, Take(0), Take(1), Commit(1), Poll, Commit(0), Poll];
+        let (committed, seen_h, seen_n) = run(&ops);
+        assert_eq!(committed, seen_h);
+        assert_eq!(committed.len(), 2);
+        assert_eq!(seen_n.len(), 1, "the naive reader skipped the earlier ID");
+    }
+}

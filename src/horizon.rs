@@ -1,0 +1,408 @@
+//! `snowflake_horizon()`: the read horizon of `core::horizon`, kept in shared memory.
+//!
+//! Invariant (see `core::horizon` for why it makes the horizon exact): every ID this server has
+//! issued to a transaction that has not yet ended and become visible is at or above the value in
+//! that transaction's holding slot, or, for a prepared transaction, in its prepared entry.
+//! The pieces that keep it, each with its reason:
+//! - `shmem::hot_attempt` stores the ID into the slot in the critical section that issues it, so
+//!   no reader under the generator's lock can see an issued ID that no slot holds;
+//! - the slot of a backend is its PGPROC's index; a parallel worker uses its lock group leader's,
+//!   since its IDs belong to the leader's transaction (the leader waits for its workers before it
+//!   commits or aborts, so nothing writes the slot after it is emptied);
+//! - `on_xact` empties the slot on COMMIT and ABORT, which PostgreSQL calls after
+//!   `ProcArrayEndTransaction`: the transaction is visible to every snapshot taken from then on.
+//!   The callback is registered in the postmaster, so every backend has it, including a parallel
+//!   leader that never called `snowflake_nextval()` itself;
+//! - on PRE_PREPARE the slot's ID moves to the prepared table under the transaction's XID, and an
+//!   entry is dropped only when `TransactionIdIsInProgress` says that XID has ended: a prepared
+//!   transaction stays in the proc array until COMMIT/ROLLBACK PREPARED has made it visible;
+//! - shared memory starts empty after a restart, but transactions prepared before it survive: the
+//!   first `snowflake_horizon()` enters every prepared transaction it does not know as holding
+//!   `UNKNOWN` (below every ID).
+
+use crate::config;
+use crate::core::horizon::{advance, horizon, position, EMPTY, UNKNOWN};
+use crate::errors;
+use crate::shmem::GENERATOR;
+use pgrx::prelude::*;
+use pgrx::{pg_sys, PgSqlErrorCode};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+
+#[repr(C)]
+struct Header {
+    slots: usize,
+    prepared: usize,
+    /// Whether the prepared transactions that survived the last restart have been entered.
+    scanned: AtomicBool,
+}
+
+/// A prepared transaction's smallest ID; `xid` 0 marks a free entry. Read and written only
+/// under the generator's lock.
+#[derive(Clone, Copy)]
+#[repr(C)]
+struct Prepared {
+    xid: u32,
+    min_id: i64,
+}
+
+/// The segment: a `Header`, then `slots` AtomicI64, then `prepared` entries. Null when
+/// `snowflake.track_horizon` is off or the library is not preloaded.
+static mut SEGMENT: *mut Header = std::ptr::null_mut();
+static mut REQUESTED: (usize, usize) = (0, 0);
+
+fn size(slots: usize, prepared: usize) -> usize {
+    std::mem::size_of::<Header>()
+        + slots * std::mem::size_of::<AtomicI64>()
+        + prepared * std::mem::size_of::<Prepared>()
+}
+
+unsafe fn slots_ptr(h: *mut Header) -> *mut AtomicI64 {
+    unsafe { (h as *mut u8).add(std::mem::size_of::<Header>()) as *mut AtomicI64 }
+}
+
+unsafe fn prepared_ptr(h: *mut Header) -> *mut Prepared {
+    unsafe { slots_ptr(h).add((*h).slots) as *mut Prepared }
+}
+
+fn setting_int(name: &std::ffi::CStr) -> usize {
+    let p = unsafe { pg_sys::GetConfigOption(name.as_ptr(), true, false) };
+    if p.is_null() {
+        return 0;
+    }
+    unsafe { std::ffi::CStr::from_ptr(p) }
+        .to_str()
+        .ok()
+        .and_then(|s| s.trim().parse::<usize>().ok())
+        .unwrap_or(0)
+}
+
+/// How many slots: one per PGPROC that can run a transaction. 15 and later know MaxBackends when
+/// shared memory is requested; 14 computes it after the preload libraries, so it is derived here
+/// from the settings with 14's formula (plus a margin; the slots in use are checked against
+/// MaxBackends at start-up).
+fn slot_count() -> usize {
+    #[cfg(feature = "pg14")]
+    {
+        setting_int(c"max_connections")
+            + setting_int(c"autovacuum_max_workers")
+            + 1
+            + setting_int(c"max_worker_processes")
+            + setting_int(c"max_wal_senders")
+            + 16
+    }
+    #[cfg(not(feature = "pg14"))]
+    {
+        unsafe { pg_sys::MaxBackends as usize }
+    }
+}
+
+fn request() {
+    let n = (slot_count(), setting_int(c"max_prepared_transactions"));
+    unsafe {
+        REQUESTED = n;
+        pg_sys::RequestAddinShmemSpace(size(n.0, n.1));
+    }
+}
+
+/// Requests the segment, installs the start-up hook and registers the transaction callback.
+/// Only in the postmaster while shared_preload_libraries is processed, and only when
+/// `snowflake.track_horizon` is on.
+pub fn init() {
+    #[cfg(feature = "pg14")]
+    request();
+    #[cfg(not(feature = "pg14"))]
+    unsafe {
+        static mut PREV_REQUEST: pg_sys::shmem_request_hook_type = None;
+        PREV_REQUEST = pg_sys::shmem_request_hook;
+        pg_sys::shmem_request_hook = Some(on_request);
+        #[pg_guard]
+        unsafe extern "C-unwind" fn on_request() {
+            unsafe {
+                if let Some(prev) = PREV_REQUEST {
+                    prev();
+                }
+            }
+            request();
+        }
+    }
+    unsafe {
+        static mut PREV_STARTUP: pg_sys::shmem_startup_hook_type = None;
+        PREV_STARTUP = pg_sys::shmem_startup_hook;
+        pg_sys::shmem_startup_hook = Some(on_startup);
+        pg_sys::RegisterXactCallback(Some(on_xact), std::ptr::null_mut());
+
+        #[pg_guard]
+        unsafe extern "C-unwind" fn on_startup() {
+            unsafe {
+                if let Some(prev) = PREV_STARTUP {
+                    prev();
+                }
+                let (slots, prepared) = REQUESTED;
+                // AddinShmemInitLock: number 21 of the main LWLocks on every major (as pgrx uses it).
+                let init_lock = &raw mut (*pg_sys::MainLWLockArray.add(21)).lock;
+                pg_sys::LWLockAcquire(init_lock, pg_sys::LWLockMode::LW_EXCLUSIVE);
+                let mut found = false;
+                let h = pg_sys::ShmemInitStruct(
+                    c"snowflake horizon".as_ptr(),
+                    size(slots, prepared),
+                    &mut found,
+                ) as *mut Header;
+                if !found {
+                    h.write(Header {
+                        slots: slots.min(pg_sys::MaxBackends.max(0) as usize),
+                        prepared,
+                        scanned: AtomicBool::new(prepared == 0),
+                    });
+                    for i in 0..slots {
+                        slots_ptr(h).add(i).write(AtomicI64::new(EMPTY));
+                    }
+                    for i in 0..prepared {
+                        prepared_ptr(h).add(i).write(Prepared { xid: 0, min_id: 0 });
+                    }
+                }
+                pg_sys::LWLockRelease(init_lock);
+                SEGMENT = h;
+            }
+        }
+    }
+}
+
+/// The slot of `proc`, or None when tracking is off or `proc` has none (an auxiliary process).
+unsafe fn slot_of(proc: *mut pg_sys::PGPROC) -> Option<&'static AtomicI64> {
+    unsafe {
+        let h = SEGMENT;
+        if h.is_null() || proc.is_null() {
+            return None;
+        }
+        let base = (*pg_sys::ProcGlobal).allProcs;
+        let index = (proc as usize).wrapping_sub(base as usize) / std::mem::size_of::<pg_sys::PGPROC>();
+        (index < (*h).slots).then(|| &*slots_ptr(h).add(index))
+    }
+}
+
+/// The slot that the IDs this process issues are held in: its own, or in a parallel worker its
+/// leader's. Null when tracking is off. Errors if the process has none, rather than issue IDs
+/// that no slot holds.
+pub fn hot_slot() -> *const AtomicI64 {
+    unsafe {
+        if SEGMENT.is_null() {
+            return std::ptr::null();
+        }
+        let me = pg_sys::MyProc;
+        let leader = if me.is_null() || (*me).lockGroupLeader.is_null() {
+            me
+        } else {
+            (*me).lockGroupLeader
+        };
+        match slot_of(leader) {
+            Some(s) => s,
+            None => errors::raise(
+                PgSqlErrorCode::ERRCODE_INTERNAL_ERROR,
+                "this process has no snowflake horizon slot".into(),
+                Some(format!(
+                    "Its PGPROC lies outside the {} slots that were set up at start-up.",
+                    (*SEGMENT).slots
+                )),
+                Some("Set snowflake.track_horizon = off, or report this as a bug."),
+            ),
+        }
+    }
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn on_xact(event: pg_sys::XactEvent::Type, _arg: *mut std::ffi::c_void) {
+    use pg_sys::XactEvent::*;
+    let Some(slot) = (unsafe { slot_of(pg_sys::MyProc) }) else {
+        return;
+    };
+    match event {
+        // After ProcArrayEndTransaction (commit, abort) or once the prepared entry exists.
+        XACT_EVENT_COMMIT | XACT_EVENT_ABORT | XACT_EVENT_PREPARE => {
+            if slot.load(Ordering::Relaxed) != EMPTY {
+                slot.store(EMPTY, Ordering::Release);
+            }
+        }
+        XACT_EVENT_PRE_PREPARE => {
+            if slot.load(Ordering::Relaxed) != EMPTY {
+                prepare(slot);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Copies the slot's ID into the prepared table under the transaction's XID. Without an XID the
+/// transaction wrote nothing, so it has no row to hide and needs no entry.
+fn prepare(slot: &AtomicI64) {
+    let xid = unsafe { pg_sys::GetTopTransactionIdIfAny() };
+    if xid == pg_sys::InvalidTransactionId {
+        return;
+    }
+    for attempt in 0..2 {
+        {
+            let _lock = GENERATOR.exclusive();
+            let table = prepared_table();
+            if let Some(free) = table.iter_mut().find(|e| e.xid == 0) {
+                *free = Prepared {
+                    xid: xid.into_inner(),
+                    min_id: slot.load(Ordering::Relaxed),
+                };
+                return;
+            }
+        }
+        if attempt == 0 {
+            purge_ended();
+        }
+    }
+    errors::raise(
+        PgSqlErrorCode::ERRCODE_CONFIGURATION_LIMIT_EXCEEDED,
+        "no free snowflake horizon entry for this prepared transaction".into(),
+        Some(format!(
+            "Every one of the {} entries (max_prepared_transactions) holds a prepared transaction that has not ended.",
+            prepared_table().len()
+        )),
+        Some("Commit or roll back prepared transactions (pg_prepared_xacts), then prepare again."),
+    )
+}
+
+/// The prepared table; the caller holds the generator's lock (or only reads XIDs to purge).
+#[allow(clippy::mut_from_ref)]
+fn prepared_table() -> &'static mut [Prepared] {
+    unsafe {
+        let h = SEGMENT;
+        std::slice::from_raw_parts_mut(prepared_ptr(h), (*h).prepared)
+    }
+}
+
+/// Drops the entries of prepared transactions that have ended (committed or rolled back, and
+/// visible). Ending is final, so checking outside the lock is safe.
+fn purge_ended() {
+    let xids: Vec<u32> = {
+        let _lock = GENERATOR.share();
+        prepared_table()
+            .iter()
+            .map(|e| e.xid)
+            .filter(|&x| x != 0)
+            .collect()
+    };
+    let ended: Vec<u32> = xids
+        .into_iter()
+        .filter(|&x| unsafe { !pg_sys::TransactionIdIsInProgress(pg_sys::TransactionId::from_inner(x)) })
+        .collect();
+    if !ended.is_empty() {
+        let _lock = GENERATOR.exclusive();
+        for e in prepared_table().iter_mut() {
+            if e.xid != 0 && ended.contains(&e.xid) {
+                *e = Prepared { xid: 0, min_id: 0 };
+            }
+        }
+    }
+}
+
+/// Enters the prepared transactions that this server's shared memory knows nothing about (they
+/// were prepared before the last restart) as holding `UNKNOWN`.
+fn scan_survivors() {
+    let xids: Vec<u32> = Spi::connect(|client| {
+        client
+            .select(
+                "SELECT transaction::text FROM pg_catalog.pg_prepared_xacts",
+                None,
+                &[],
+            )
+            .expect("list the prepared transactions")
+            .filter_map(|r| r.get::<String>(1).ok().flatten())
+            .filter_map(|s| s.parse::<u32>().ok())
+            .collect()
+    });
+    let _lock = GENERATOR.exclusive();
+    let table = prepared_table();
+    for xid in xids {
+        if table.iter().any(|e| e.xid == xid) {
+            continue;
+        }
+        if let Some(free) = table.iter_mut().find(|e| e.xid == 0) {
+            *free = Prepared {
+                xid,
+                min_id: UNKNOWN,
+            };
+        }
+    }
+    unsafe { (*SEGMENT).scanned.store(true, Ordering::Release) };
+}
+
+/// Commits the generator to the clock (see `core::horizon::advance`), so that the horizon of an
+/// idle server keeps up with time. When the lease is behind the clock (an idle server renews
+/// none), it asks the lease worker for one and waits for it, with the lock released, for at most
+/// a second: without it the horizon is only lower, never wrong.
+fn advance_idle_generator() {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(1);
+    loop {
+        let now = crate::core::time::Clock::now_unix_ms(&crate::core::time::SystemClock)
+            - config::epoch_ms();
+        let short = {
+            let mut g = GENERATOR.exclusive();
+            let (to, short) = advance(now, g.state.last_ms, g.state.lease_ms);
+            if let Some(to) = to {
+                g.state.raise_floor(to);
+            }
+            if short {
+                g.state.lease_wanted = true;
+            }
+            short
+        };
+        if !short || std::time::Instant::now() > deadline {
+            return;
+        }
+        crate::shmem::wake_worker();
+        unsafe { pg_sys::pg_usleep(200) };
+        pg_sys::check_for_interrupts!();
+    }
+}
+
+/// The largest ID such that no transaction of this server still in progress holds or can still
+/// obtain an ID at or below it.
+#[pg_extern(volatile, parallel_restricted)]
+fn snowflake_horizon() -> i64 {
+    if !config::preloaded() {
+        errors::not_preloaded("snowflake_horizon()");
+    }
+    if unsafe { pg_sys::RecoveryInProgress() } {
+        errors::raise(
+            PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+            "cannot execute snowflake_horizon() during recovery".into(),
+            Some("Which transactions hold IDs is known only to the primary that issued them.".into()),
+            Some("Read the horizon that the primary publishes into a table (see \"Reading in ID order\" in the README)."),
+        );
+    }
+    if unsafe { SEGMENT.is_null() } {
+        errors::raise(
+            PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+            "snowflake_horizon() is not available: snowflake.track_horizon is off".into(),
+            None,
+            Some("Set snowflake.track_horizon = on in postgresql.conf and restart the server."),
+        );
+    }
+    if unsafe { !(*SEGMENT).scanned.load(Ordering::Acquire) } {
+        scan_survivors();
+    }
+    purge_ended();
+    advance_idle_generator();
+    let node = config::node();
+    let shared = GENERATOR.share();
+    let p = position(shared.state.last_ms, shared.state.last_seq, node);
+    let h = unsafe { SEGMENT };
+    let slots = unsafe { std::slice::from_raw_parts(slots_ptr(h), (*h).slots) };
+    let held = slots
+        .iter()
+        .map(|s| s.load(Ordering::Acquire))
+        .chain(prepared_table().iter().filter(|e| e.xid != 0).map(|e| e.min_id));
+    horizon(p, held)
+}
+
+extension_sql!(
+    r#"
+COMMENT ON FUNCTION snowflake_horizon() IS 'The largest ID such that no transaction of this server still in progress holds or can obtain an ID at or below it: read it before a query, then read rows up to it';
+"#,
+    name = "snowflake_horizon_comment",
+    requires = [snowflake_horizon]
+);
