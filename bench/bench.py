@@ -33,7 +33,8 @@ ROUNDS = int(os.environ.get("BENCH_ROUNDS", "7"))
 DURATION = int(os.environ.get("BENCH_DURATION", "5"))
 PGBENCH_ROUNDS = int(os.environ.get("BENCH_PGBENCH_ROUNDS", "3"))
 CLIENTS = [int(c) for c in os.environ.get("BENCH_CLIENTS", "1,2,4,8,16").split(",")]
-PARTS = os.environ.get("BENCH_PARTS", "calls,concurrency,pgbench,sizes,instructions,scale,citus").split(",")
+DEFAULT_PARTS = "calls,concurrency,pgbench,sizes,instructions,scale,citus,horizon"
+PARTS = os.environ.get("BENCH_PARTS", DEFAULT_PARTS).split(",")
 # The Citus part: total pgbench clients, spread evenly over the nodes in the "every node" runs.
 CITUS_CLIENTS = int(os.environ.get("BENCH_CITUS_CLIENTS", "6"))
 # The scale part: a server with small shared buffers, each key's table grown in steps until its
@@ -195,6 +196,62 @@ def bench_sizes(s):
         t, i = out.split("|")
         sizes[kind] = (int(t), int(i))
     return sizes
+
+
+def bench_horizon():
+    """What the read horizon costs: one server, restarted with snowflake.track_horizon on and off
+    in alternating rounds; per call, per INSERT transaction, and in instructions."""
+    s = Server(port=54402)
+    ns = {"on": [], "off": []}
+    tps = {"on": [], "off": []}
+    script = os.path.join(s.dir, "insert.sql")
+    with open(script, "w") as f:
+        f.write("INSERT INTO t (payload) VALUES ('payload');\n")
+    try:
+        s.start()
+        s.psql("CREATE EXTENSION snowflake; CREATE TABLE t (id bigint PRIMARY KEY DEFAULT snowflake_nextval(), payload text NOT NULL);"
+               "ALTER SYSTEM SET synchronous_commit = off;")
+        for r in range(ROUNDS + 1):  # round 0 warms up and is discarded
+            for mode in ("on", "off"):
+                s.psql(f"ALTER SYSTEM SET snowflake.track_horizon = {mode};")
+                s.stop()
+                s.start()
+                s.psql("SELECT snowflake_nextval(); TRUNCATE t; CHECKPOINT;")
+                out = s.psql("\\timing on\n" + "".join(
+                    f"SELECT count({e}) FROM generate_series(1, {CALLS}) x;\n" for e in ("*", "snowflake_nextval()") * 2))
+                t = [float(m) for m in re.findall(r"Time: ([0-9.]+) ms", out)]
+                per = (min(t[1], t[3]) - min(t[0], t[2])) * 1e6 / CALLS
+                r_ = subprocess.run([f"{BIN}/pgbench", "-n", "-h", s.dir, "-p", str(s.port), "-U", "postgres", "-c", "1",
+                                     "-T", str(DURATION), "-f", script, "postgres"], capture_output=True, text=True)
+                m = re.search(r"tps = ([0-9.]+)", r_.stdout)
+                if r > 0:
+                    ns[mode].append(per)
+                    tps[mode].append(float(m.group(1)) if m else 0.0)
+        s.psql("ALTER SYSTEM SET snowflake.track_horizon = on;")
+        s.stop()
+        s.start()
+        out = s.psql("\\timing on\n" + "".join(
+            f"SELECT count({e}) FROM generate_series(1, 200000) x;\n" for e in ("*", "snowflake_horizon()") * 2))
+        t = [float(m) for m in re.findall(r"Time: ([0-9.]+) ms", out)]
+        horizon_ns = (min(t[1], t[3]) - min(t[0], t[2])) * 1e6 / 200000
+        s.stop()
+        ins = {}
+        for mode in ("on", "off"):
+            with open(os.path.join(s.data, "postgresql.auto.conf"), "a") as f:
+                f.write(f"\nsnowflake.track_horizon = {mode}\n")
+            s.start(wrapper=["valgrind", "--tool=callgrind", "--trace-children=yes",
+                             f"--callgrind-out-file={s.dir}/cg.%p"])
+            s.psql("SELECT snowflake_nextval()")
+            totals = [callgrind_total(callgrind_backend(s, f"SELECT count(snowflake_nextval()) FROM generate_series(1, {n}) x;"))
+                      for n in (VG_CALLS, 3 * VG_CALLS)]
+            ins[mode] = (totals[1] - totals[0]) / (2 * VG_CALLS)
+            s.stop()
+        return ({k: statistics.median(v) for k, v in ns.items()}, {k: statistics.median(v) for k, v in tps.items()},
+                horizon_ns, ins)
+    finally:
+        if s.proc and s.proc.poll() is None:
+            s.stop()
+        s.cleanup()
 
 
 def bench_instructions():
@@ -632,8 +689,23 @@ def main():
                 md.append(f"| {route} | " + " | ".join(f"{ct[(route, k)]:.0f} ({ct[(route, k)] / base:.2f})"
                                                       for k in CITUS_KINDS) + " |")
             md.append("")
+    if "horizon" in PARTS:
+        print("7. the read horizon ...", flush=True)
+        ns, tps, horizon_ns, ins = bench_horizon()
+        md += ["## 7. What the read horizon costs", "",
+               "One server restarted with `snowflake.track_horizon` on and off in alternating rounds (median of "
+               f"{ROUNDS} after a warm-up): `snowflake_nextval()` per call ({CALLS} calls, floor subtracted), pgbench "
+               f"`INSERT INTO t (payload) VALUES ('payload')` with 1 client for {DURATION} s and `synchronous_commit = off` "
+               "(one transaction per ID: the end-of-transaction store at its most frequent), and instructions per call "
+               "under callgrind.", "",
+               "| | track_horizon = on | off | on / off |", "|---|---:|---:|---:|",
+               f"| `snowflake_nextval()`, ns per call | {ns['on']:.1f} | {ns['off']:.1f} | {ns['on'] / ns['off']:.3f} |",
+               f"| `snowflake_nextval()`, instructions per call | {ins['on']:.0f} | {ins['off']:.0f} | {ins['on'] / ins['off']:.3f} |",
+               f"| INSERT transactions per second | {tps['on']:.0f} | {tps['off']:.0f} | {tps['on'] / tps['off']:.3f} |",
+               "", f"`snowflake_horizon()` itself: {horizon_ns / 1000:.1f} µs per call (max_connections = 64).", ""]
     text = "\n".join(md)
-    for name in (f"{today}-pg{MAJOR}.md", f"latest-pg{MAJOR}.md"):
+    suffix = "" if ",".join(PARTS) == DEFAULT_PARTS else "-" + "-".join(PARTS)
+    for name in (f"{today}-pg{MAJOR}{suffix}.md", f"latest-pg{MAJOR}{suffix}.md"):
         with open(os.path.join(OUT, name), "w") as f:
             f.write(text)
     print(text)

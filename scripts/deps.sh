@@ -23,6 +23,18 @@ if [ ${#missing[@]} -gt 0 ]; then
   sudo_ env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
+# The client recipes' tests (tests/clients.rs) need Python's venv and Node.js with npm; a machine
+# that has them from elsewhere (pyenv, NodeSource) keeps its own.
+extra=()
+python3 -c 'import ensurepip, venv' 2>/dev/null || extra+=(python3-venv)
+command -v node >/dev/null || extra+=(nodejs)
+command -v npm >/dev/null || extra+=(npm)
+if [ ${#extra[@]} -gt 0 ]; then
+  echo "deps: installing ${extra[*]}"
+  sudo_ env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+  sudo_ env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${extra[@]}" >/dev/null
+fi
+
 scripts/pg.sh 15 >/dev/null
 scripts/pg.sh "$PG_MAJOR" >/dev/null
 

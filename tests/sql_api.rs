@@ -353,3 +353,70 @@ fn parallel_workers_share_the_one_generator() {
         "400000|400000"
     );
 }
+
+/// The short text forms: fixed width, round trip, string order = numeric order over the whole
+/// range (0 and the maximum included), the declared properties, and 22P02 naming the character.
+#[test]
+fn short_text_forms_sort_like_the_number_and_name_bad_characters() {
+    let s = server();
+    // The README's recipe, as written.
+    let out = s.script(&common::readme_recipe("short-forms")).unwrap();
+    assert!(out.contains("15G63YLn9Ae|0S8NYH5E27400"), "{out}");
+    assert!(
+        out.contains("910499571847892992|910499571847892992|910499571847892992"),
+        "{out}"
+    );
+    assert_eq!(
+        s.sql("SELECT snowflake_to_base62(0), snowflake_to_base32(0), snowflake_to_base62(9223372036854775807), snowflake_to_base32(9223372036854775807)"),
+        "00000000000|0000000000000|AzL8n0Y58m7|7ZZZZZZZZZZZZ"
+    );
+    // 20,000 values spread over the whole range, both ends and neighbours included: sorted as
+    // strings (byte order) they come in numeric order, and each parses back.
+    let checks = s.sql(
+        "WITH v AS (
+           SELECT DISTINCT x FROM (
+             SELECT (random() * 9223372036854775807)::numeric::bigint AS x FROM generate_series(1, 10000)
+             UNION ALL SELECT (random() * 4294967296)::bigint FROM generate_series(1, 5000)
+             UNION ALL SELECT unnest(ARRAY[0, 1, 61, 62, 63, 31, 32, 33, 9223372036854775806, 9223372036854775807])
+             UNION ALL SELECT snowflake_nextval() FROM generate_series(1, 5000)) r),
+         f AS (SELECT x, snowflake_to_base62(x) COLLATE \"C\" AS b62, snowflake_to_base32(x) COLLATE \"C\" AS b32 FROM v)
+         SELECT count(*) >= 19000,
+                bool_and(length(b62) = 11 AND length(b32) = 13),
+                bool_and(snowflake_from_base62(b62) = x AND snowflake_from_base32(b32) = x),
+                bool_and(snowflake_from_base32(lower(b32)) = x),
+                (SELECT array_agg(x ORDER BY b62) = array_agg(x ORDER BY x) FROM f),
+                (SELECT array_agg(x ORDER BY b32) = array_agg(x ORDER BY x) FROM f)
+         FROM f",
+    );
+    assert_eq!(checks, "t|t|t|t|t|t");
+    // IMMUTABLE STRICT PARALLEL SAFE, so usable in indexes and parallel plans; NULL gives NULL.
+    assert_eq!(
+        s.sql("SELECT string_agg(DISTINCT provolatile::text || proisstrict::text || proparallel::text, ',') FROM pg_proc \
+               WHERE proname IN ('snowflake_to_base62', 'snowflake_from_base62', 'snowflake_to_base32', 'snowflake_from_base32')"),
+        "itrues"
+    );
+    assert_eq!(
+        s.sql("SELECT snowflake_to_base62(NULL) IS NULL AND snowflake_from_base32(NULL) IS NULL"),
+        "t"
+    );
+    // Bad input: 22P02 naming the character and its position, 22003 beyond bigint.
+    for (sql, code, says) in [
+        ("SELECT snowflake_from_base62('15G63YLn9A-')", "22P02", "invalid character \"-\" at position 11 of a base62 snowflake ID"),
+        ("SELECT snowflake_from_base32('0S8NYH5E274U0')", "22P02", "invalid character \"U\" at position 12 of a Crockford base32 snowflake ID"),
+        ("SELECT snowflake_from_base32('0S8NYH5E2740')", "22P02", "a Crockford base32 snowflake ID has 13 characters, not 12"),
+        ("SELECT snowflake_from_base62('15G63YLn9Ae0')", "22P02", "a base62 snowflake ID has 11 characters, not 12"),
+        ("SELECT snowflake_from_base62('zzzzzzzzzzz')", "22003", "base62 value is out of range for type bigint"),
+        ("SELECT snowflake_from_base32('8000000000000')", "22003", "Crockford base32 value is out of range for type bigint"),
+        ("SELECT snowflake_to_base62(-1)", "22003", "snowflake ID -1 is negative"),
+    ] {
+        let e = s.sql_err(sql);
+        assert_eq!(e.sqlstate, code, "{sql}: {}", e.raw);
+        assert!(e.message.contains(says), "{sql}: {}", e.raw);
+    }
+    // Crockford's case rules: lower case, I/L as 1, O as 0, hyphens ignored.
+    assert_eq!(
+        s.sql("SELECT snowflake_from_base32('000000000000i') = 1 AND snowflake_from_base32('000000000000L') = 1 \
+               AND snowflake_from_base32('oooo-oooo-ooooo') = 0 AND snowflake_from_base32('0s8n-yh5e-27400') = 910499571847892992"),
+        "t"
+    );
+}
