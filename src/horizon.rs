@@ -30,6 +30,9 @@ use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 
 #[repr(C)]
 struct Header {
+    /// Slots laid out (as requested).
+    capacity: usize,
+    /// Slots in use: one per PGPROC that can run a transaction (MaxBackends), at most `capacity`.
     slots: usize,
     prepared: usize,
     /// Whether the prepared transactions that survived the last restart have been entered.
@@ -45,7 +48,7 @@ struct Prepared {
     min_id: i64,
 }
 
-/// The segment: a `Header`, then `slots` AtomicI64, then `prepared` entries. Null when
+/// The segment: a `Header`, then `capacity` AtomicI64, then `prepared` entries. Null when
 /// `snowflake.track_horizon` is off or the library is not preloaded.
 static mut SEGMENT: *mut Header = std::ptr::null_mut();
 static mut REQUESTED: (usize, usize) = (0, 0);
@@ -61,7 +64,7 @@ unsafe fn slots_ptr(h: *mut Header) -> *mut AtomicI64 {
 }
 
 unsafe fn prepared_ptr(h: *mut Header) -> *mut Prepared {
-    unsafe { slots_ptr(h).add((*h).slots) as *mut Prepared }
+    unsafe { slots_ptr(h).add((*h).capacity) as *mut Prepared }
 }
 
 fn setting_int(name: &std::ffi::CStr) -> usize {
@@ -149,6 +152,7 @@ pub fn init() {
                 ) as *mut Header;
                 if !found {
                     h.write(Header {
+                        capacity: slots,
                         slots: slots.min(pg_sys::MaxBackends.max(0) as usize),
                         prepared,
                         scanned: AtomicBool::new(prepared == 0),
