@@ -179,7 +179,8 @@ unsafe fn slot_of(proc: *mut pg_sys::PGPROC) -> Option<&'static AtomicI64> {
             return None;
         }
         let base = (*pg_sys::ProcGlobal).allProcs;
-        let index = (proc as usize).wrapping_sub(base as usize) / std::mem::size_of::<pg_sys::PGPROC>();
+        let index =
+            (proc as usize).wrapping_sub(base as usize) / std::mem::size_of::<pg_sys::PGPROC>();
         (index < (*h).slots).then(|| &*slots_ptr(h).add(index))
     }
 }
@@ -219,18 +220,15 @@ unsafe extern "C-unwind" fn on_xact(event: pg_sys::XactEvent::Type, _arg: *mut s
     let Some(slot) = (unsafe { slot_of(pg_sys::MyProc) }) else {
         return;
     };
+    if slot.load(Ordering::Relaxed) == EMPTY {
+        return;
+    }
     match event {
         // After ProcArrayEndTransaction (commit, abort) or once the prepared entry exists.
         XACT_EVENT_COMMIT | XACT_EVENT_ABORT | XACT_EVENT_PREPARE => {
-            if slot.load(Ordering::Relaxed) != EMPTY {
-                slot.store(EMPTY, Ordering::Release);
-            }
+            slot.store(EMPTY, Ordering::Release)
         }
-        XACT_EVENT_PRE_PREPARE => {
-            if slot.load(Ordering::Relaxed) != EMPTY {
-                prepare(slot);
-            }
-        }
+        XACT_EVENT_PRE_PREPARE => prepare(slot),
         _ => {}
     }
 }
@@ -291,7 +289,9 @@ fn purge_ended() {
     };
     let ended: Vec<u32> = xids
         .into_iter()
-        .filter(|&x| unsafe { !pg_sys::TransactionIdIsInProgress(pg_sys::TransactionId::from_inner(x)) })
+        .filter(|&x| unsafe {
+            !pg_sys::TransactionIdIsInProgress(pg_sys::TransactionId::from_inner(x))
+        })
         .collect();
     if !ended.is_empty() {
         let _lock = GENERATOR.exclusive();
@@ -309,7 +309,7 @@ fn scan_survivors() {
     let xids: Vec<u32> = Spi::connect(|client| {
         client
             .select(
-                "SELECT transaction::text FROM pg_catalog.pg_prepared_xacts",
+                "SELECT transaction::pg_catalog.text FROM pg_catalog.pg_prepared_xacts",
                 None,
                 &[],
             )
@@ -396,10 +396,12 @@ fn snowflake_horizon() -> i64 {
     let p = position(shared.state.last_ms, shared.state.last_seq, node);
     let h = unsafe { SEGMENT };
     let slots = unsafe { std::slice::from_raw_parts(slots_ptr(h), (*h).slots) };
-    let held = slots
-        .iter()
-        .map(|s| s.load(Ordering::Acquire))
-        .chain(prepared_table().iter().filter(|e| e.xid != 0).map(|e| e.min_id));
+    let held = slots.iter().map(|s| s.load(Ordering::Acquire)).chain(
+        prepared_table()
+            .iter()
+            .filter(|e| e.xid != 0)
+            .map(|e| e.min_id),
+    );
     horizon(p, held)
 }
 

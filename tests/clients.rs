@@ -8,7 +8,11 @@ use std::process::Command;
 use std::sync::{Mutex, OnceLock};
 
 /// The versions the README names.
-const PYTHON_PACKAGES: &[&str] = &["psycopg[binary]==3.3.9", "SQLAlchemy==2.0.58", "Django==5.2.19"];
+const PYTHON_PACKAGES: &[&str] = &[
+    "psycopg[binary]==3.3.9",
+    "SQLAlchemy==2.0.58",
+    "Django==5.2.19",
+];
 const NODE_PACKAGES: &[&str] = &["pg@8.23.1"];
 
 fn cache() -> PathBuf {
@@ -21,9 +25,7 @@ fn cache() -> PathBuf {
 }
 
 fn run(cmd: &mut Command) -> String {
-    let out = cmd
-        .output()
-        .unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+    let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
     let text = String::from_utf8_lossy(&out.stdout).to_string();
     assert!(
         out.status.success(),
@@ -100,7 +102,10 @@ fn check_id(text: &str, table: &str) -> i64 {
     let id: i64 = text
         .parse()
         .unwrap_or_else(|_| panic!("not an ID: {text:?}"));
-    assert!(id > 1 << 53, "{id} is below 2^53: the test would not see rounding");
+    assert!(
+        id > 1 << 53,
+        "{id} is below 2^53: the test would not see rounding"
+    );
     assert_eq!(
         server().sql(&format!("SELECT count(*) FROM {table} WHERE id = {id}")),
         "1",

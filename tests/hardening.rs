@@ -220,7 +220,7 @@ fn functions_carry_the_right_labels() {
          FROM pg_proc p JOIN pg_depend d ON d.classid = 'pg_proc'::regclass AND d.objid = p.oid AND d.deptype = 'e' \
          JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'snowflake'",
     );
-    // volatility (i immutable, s stable, v volatile), strict, parallel (s safe, u unsafe)
+    // volatility (i immutable, s stable, v volatile), strict, parallel (s safe, r restricted, u unsafe)
     let want = "\
 snowflake_adopt(regclass,name) v f u
 snowflake_compose(timestamp with time zone,integer,integer,integer) i t s
@@ -228,6 +228,9 @@ snowflake_create_partitions(regclass,timestamp with time zone,timestamp with tim
 snowflake_datacenter_id(bigint) i t s
 snowflake_decode(bigint) i t s
 snowflake_drop_partitions(regclass,timestamp with time zone) v t u
+snowflake_from_base32(text) i t s
+snowflake_from_base62(text) i t s
+snowflake_horizon() v t r
 snowflake_max_id(timestamp with time zone) i t s
 snowflake_min_id(timestamp with time zone) i t s
 snowflake_nextval() v t s
@@ -237,6 +240,8 @@ snowflake_sequence(bigint) i t s
 snowflake_set_floor(bigint) v t u
 snowflake_stats() v t s
 snowflake_timestamp(bigint) i t s
+snowflake_to_base32(bigint) i t s
+snowflake_to_base62(bigint) i t s
 snowflake_worker_id(bigint) i t s";
     assert_eq!(got, want);
 }

@@ -142,7 +142,11 @@ fn the_horizon_stays_below_every_id_an_open_transaction_holds() {
         plan.iter().any(|l| l.contains("Workers Launched: 1")),
         "no parallel worker ran: {plan:?}"
     );
-    assert_eq!(horizon(&c), p - 1, "a parallel worker's IDs are held by its leader");
+    assert_eq!(
+        horizon(&c),
+        p - 1,
+        "a parallel worker's IDs are held by its leader"
+    );
     s1.run("INSERT INTO events (id, payload) SELECT id, 'parallel' FROM batch; COMMIT;");
     assert!(horizon(&c) > p);
 
@@ -156,7 +160,11 @@ fn the_horizon_stays_below_every_id_an_open_transaction_holds() {
     c.stop("immediate");
     c.start();
     c.sql("INSERT INTO events (payload) VALUES ('after the restart')");
-    assert_eq!(horizon(&c), -1, "a prepared transaction from before the restart");
+    assert_eq!(
+        horizon(&c),
+        -1,
+        "a prepared transaction from before the restart"
+    );
     c.sql("COMMIT PREPARED 'hz'");
     let last = c.sql_i64("SELECT max(id) FROM events");
     assert!(horizon(&c) >= last);
@@ -178,7 +186,11 @@ fn the_horizon_stays_below_every_id_an_open_transaction_holds() {
     c.start();
     let e = c.sql_err("SELECT snowflake_horizon()");
     assert_eq!(e.sqlstate, "55000", "{}", e.raw);
-    assert!(e.message.contains("snowflake.track_horizon is off"), "{}", e.raw);
+    assert!(
+        e.message.contains("snowflake.track_horizon is off"),
+        "{}",
+        e.raw
+    );
     c.sql("INSERT INTO events (payload) VALUES ('untracked')");
     // A typo in its value stops the server at start-up, like every other snowflake setting.
     c.stop("fast");
@@ -254,11 +266,19 @@ fn run_writers(c: &Cluster, clients: u32, transactions: u32) {
     cmd.args(["-n", "-h"])
         .arg(&c.dir)
         .args(["-p", &c.port.to_string(), "-U", "postgres"])
-        .args(["-c", &clients.to_string(), "-j", "2", "-t", &transactions.to_string()])
+        .args([
+            "-c",
+            &clients.to_string(),
+            "-j",
+            "2",
+            "-t",
+            &transactions.to_string(),
+        ])
         .args(writer_scripts(&c.dir))
         .arg("postgres");
     let out = cmd.output().unwrap();
-    let text = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    let text =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "pgbench failed:\n{text}");
     assert!(
         text.contains("number of failed transactions: 0 ")
@@ -355,9 +375,14 @@ fn a_reader_that_stops_at_the_horizon_never_misses_a_row() {
             let naive = "SELECT id FROM events WHERE id > :last_seen ORDER BY id LIMIT 1000";
             loop {
                 let finished = done.load(Ordering::SeqCst);
-                let got = ids(&recipe_rows(&c, "horizon-poll", &[("last_seen", with.last_seen.to_string())]));
+                let got = ids(&recipe_rows(
+                    &c,
+                    "horizon-poll",
+                    &[("last_seen", with.last_seen.to_string())],
+                ));
                 let n = with.take(got);
-                let got = ids(&c.sql(&naive.replace(":last_seen", &without.last_seen.to_string()))
+                let got = ids(&c
+                    .sql(&naive.replace(":last_seen", &without.last_seen.to_string()))
                     .lines()
                     .map(str::to_string)
                     .collect::<Vec<_>>());
@@ -406,7 +431,8 @@ fn a_reader_that_stops_at_the_horizon_never_misses_a_row() {
 
 #[test]
 fn readers_on_a_standby_and_on_another_writer_never_miss_a_row() {
-    let logical = "wal_level = logical\nmax_worker_processes = 16\nmax_logical_replication_workers = 8\n\
+    let logical =
+        "wal_level = logical\nmax_worker_processes = 16\nmax_logical_replication_workers = 8\n\
                    max_prepared_transactions = 20\nmax_parallel_workers = 6";
     let mut a = Cluster::new(
         "hz-a",
@@ -510,7 +536,8 @@ fn readers_on_a_standby_and_on_another_writer_never_miss_a_row() {
         a.wait_for(published, &b.sql(published), 60);
         let count = a.sql("SELECT count(*) FROM events");
         standby.wait_for("SELECT count(*) FROM events", &count, 60);
-        let published = "SELECT string_agg(horizon::text, ',' ORDER BY worker_id) FROM snowflake_horizons";
+        let published =
+            "SELECT string_agg(horizon::text, ',' ORDER BY worker_id) FROM snowflake_horizons";
         standby.wait_for(published, &a.sql(published), 60);
         done.store(true, Ordering::SeqCst);
         (mesh_reader.join().unwrap(), standby_reader.join().unwrap())
@@ -521,7 +548,11 @@ fn readers_on_a_standby_and_on_another_writer_never_miss_a_row() {
         .map(|l| l.parse().unwrap())
         .collect();
     let from_b = all.iter().filter(|&&id| (id >> 12) & 31 == 2).count();
-    assert!(from_b > 1000 && all.len() - from_b > 1000, "{from_b} of {}", all.len());
+    assert!(
+        from_b > 1000 && all.len() - from_b > 1000,
+        "{from_b} of {}",
+        all.len()
+    );
     for (name, r) in [("mesh", &mesh), ("standby", &on_standby)] {
         let missed: Vec<_> = all.difference(&r.seen).take(5).collect();
         let kinds = if missed.is_empty() {
@@ -529,7 +560,10 @@ fn readers_on_a_standby_and_on_another_writer_never_miss_a_row() {
         } else {
             a.sql(&format!(
                 "SELECT string_agg(DISTINCT payload, ',') FROM events WHERE id IN ({})",
-                all.difference(&r.seen).map(|i| i.to_string()).collect::<Vec<_>>().join(",")
+                all.difference(&r.seen)
+                    .map(|i| i.to_string())
+                    .collect::<Vec<_>>()
+                    .join(",")
             ))
         };
         assert!(

@@ -401,13 +401,41 @@ fn short_text_forms_sort_like_the_number_and_name_bad_characters() {
     );
     // Bad input: 22P02 naming the character and its position, 22003 beyond bigint.
     for (sql, code, says) in [
-        ("SELECT snowflake_from_base62('15G63YLn9A-')", "22P02", "invalid character \"-\" at position 11 of a base62 snowflake ID"),
-        ("SELECT snowflake_from_base32('0S8NYH5E274U0')", "22P02", "invalid character \"U\" at position 12 of a Crockford base32 snowflake ID"),
-        ("SELECT snowflake_from_base32('0S8NYH5E2740')", "22P02", "a Crockford base32 snowflake ID has 13 characters, not 12"),
-        ("SELECT snowflake_from_base62('15G63YLn9Ae0')", "22P02", "a base62 snowflake ID has 11 characters, not 12"),
-        ("SELECT snowflake_from_base62('zzzzzzzzzzz')", "22003", "base62 value is out of range for type bigint"),
-        ("SELECT snowflake_from_base32('8000000000000')", "22003", "Crockford base32 value is out of range for type bigint"),
-        ("SELECT snowflake_to_base62(-1)", "22003", "snowflake ID -1 is negative"),
+        (
+            "SELECT snowflake_from_base62('15G63YLn9A-')",
+            "22P02",
+            "invalid character \"-\" at position 11 of a base62 snowflake ID",
+        ),
+        (
+            "SELECT snowflake_from_base32('0S8NYH5E274U0')",
+            "22P02",
+            "invalid character \"U\" at position 12 of a Crockford base32 snowflake ID",
+        ),
+        (
+            "SELECT snowflake_from_base32('0S8NYH5E2740')",
+            "22P02",
+            "a Crockford base32 snowflake ID has 13 characters, not 12",
+        ),
+        (
+            "SELECT snowflake_from_base62('15G63YLn9Ae0')",
+            "22P02",
+            "a base62 snowflake ID has 11 characters, not 12",
+        ),
+        (
+            "SELECT snowflake_from_base62('zzzzzzzzzzz')",
+            "22003",
+            "base62 value is out of range for type bigint",
+        ),
+        (
+            "SELECT snowflake_from_base32('8000000000000')",
+            "22003",
+            "Crockford base32 value is out of range for type bigint",
+        ),
+        (
+            "SELECT snowflake_to_base62(-1)",
+            "22003",
+            "snowflake ID -1 is negative",
+        ),
     ] {
         let e = s.sql_err(sql);
         assert_eq!(e.sqlstate, code, "{sql}: {}", e.raw);

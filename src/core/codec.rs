@@ -183,7 +183,12 @@ mod tests {
         assert_eq!(from_base32("0s8nyh5e27400").unwrap(), id);
         assert_eq!(from_base32("0s8n-yh5e-27400").unwrap(), id);
         assert_eq!(from_base32("0000000000001").unwrap(), 1);
-        for one in ["000000000000I", "000000000000i", "000000000000L", "000000000000l"] {
+        for one in [
+            "000000000000I",
+            "000000000000i",
+            "000000000000L",
+            "000000000000l",
+        ] {
             assert_eq!(from_base32(one).unwrap(), 1, "{one}");
         }
         assert_eq!(from_base32("OOOOOOOOOOOOo").unwrap(), 0);

@@ -92,7 +92,11 @@ mod tests {
         assert_eq!(advance(1000, 500, u64::MAX), (Some(999), false));
         assert_eq!(advance(1000, 999, u64::MAX), (None, false));
         assert_eq!(advance(1000, 2000, u64::MAX), (None, false), "never lowers");
-        assert_eq!(advance(1000, 500, 700), (Some(700), true), "not past the lease");
+        assert_eq!(
+            advance(1000, 500, 700),
+            (Some(700), true),
+            "not past the lease"
+        );
         assert_eq!(advance(1000, 700, 700), (None, true));
         assert_eq!(advance(0, 0, 0), (None, false), "a clock before the epoch");
         // Afterwards every ID is above the position, even with the clock stepped back.
@@ -163,7 +167,7 @@ mod tests {
         let node = Node::new(0, 1).unwrap();
         let mut gen = State::new();
         let mut now = 10i64;
-        let mut slots = vec![EMPTY; 4];
+        let mut slots = [EMPTY; 4];
         let mut prepared: Vec<(usize, i64)> = Vec::new();
         let mut xacts: Vec<Xact> = Vec::new();
         let mut committed = BTreeSet::new();
@@ -287,7 +291,16 @@ mod tests {
     fn a_reader_that_trusts_the_largest_id_misses_rows() {
         // Two transactions take IDs; the later one commits first and the reader polls between.
         use Op::*;
-        let ops = [Begin, Begin, Take(0), Take(1), Commit(1), Poll, Commit(0), Poll];
+        let ops = [
+            Begin,
+            Begin,
+            Take(0),
+            Take(1),
+            Commit(1),
+            Poll,
+            Commit(0),
+            Poll,
+        ];
         let (committed, seen_h, seen_n) = run(&ops);
         assert_eq!(committed, seen_h);
         assert_eq!(committed.len(), 2);
