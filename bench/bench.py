@@ -200,40 +200,54 @@ def bench_sizes(s):
 
 def bench_horizon():
     """What the read horizon costs: one server, restarted with snowflake.track_horizon on and off
-    in alternating rounds; per call, per INSERT transaction, and in instructions."""
+    in alternating rounds; per call, per INSERT transaction, and in instructions. PostgreSQL's own
+    sequence (a bigserial table and its nextval()) is measured in every round beside them, so
+    each figure is also a ratio to it from the same run. The sequence does not depend on the
+    setting: its figures of both modes are pooled under "seq"."""
     s = Server(port=54402)
-    ns = {"on": [], "off": []}
-    tps = {"on": [], "off": []}
-    script = os.path.join(s.dir, "insert.sql")
-    with open(script, "w") as f:
-        f.write("INSERT INTO t (payload) VALUES ('payload');\n")
+    kinds = ("on", "off", "seq")
+    ns = {k: [] for k in kinds}
+    tps = {k: [] for k in kinds}
+    scripts = {}
+    for table in ("t", "ts"):
+        scripts[table] = os.path.join(s.dir, f"insert_{table}.sql")
+        with open(scripts[table], "w") as f:
+            f.write(f"INSERT INTO {table} (payload) VALUES ('payload');\n")
+    per_call = {"snowflake": "snowflake_nextval()", "seq": "nextval('s')"}
+
+    def ns_per_call(expr, calls=CALLS):
+        out = s.psql("\\timing on\n" + "".join(
+            f"SELECT count({e}) FROM generate_series(1, {calls}) x;\n" for e in ("*", expr) * 2))
+        t = [float(m) for m in re.findall(r"Time: ([0-9.]+) ms", out)]
+        return (min(t[1], t[3]) - min(t[0], t[2])) * 1e6 / calls
+
+    def insert_tps(table):
+        r_ = subprocess.run([f"{BIN}/pgbench", "-n", "-h", s.dir, "-p", str(s.port), "-U", "postgres", "-c", "1",
+                             "-T", str(DURATION), "-f", scripts[table], "postgres"], capture_output=True, text=True)
+        m = re.search(r"tps = ([0-9.]+)", r_.stdout)
+        return float(m.group(1)) if m else 0.0
+
     try:
         s.start()
         s.psql("CREATE EXTENSION snowflake; CREATE TABLE t (id bigint PRIMARY KEY DEFAULT snowflake_nextval(), payload text NOT NULL);"
+               "CREATE TABLE ts (id bigserial PRIMARY KEY, payload text NOT NULL); CREATE SEQUENCE s;"
                "ALTER SYSTEM SET synchronous_commit = off;")
         for r in range(ROUNDS + 1):  # round 0 warms up and is discarded
             for mode in ("on", "off"):
                 s.psql(f"ALTER SYSTEM SET snowflake.track_horizon = {mode};")
                 s.stop()
                 s.start()
-                s.psql("SELECT snowflake_nextval(); TRUNCATE t; CHECKPOINT;")
-                out = s.psql("\\timing on\n" + "".join(
-                    f"SELECT count({e}) FROM generate_series(1, {CALLS}) x;\n" for e in ("*", "snowflake_nextval()") * 2))
-                t = [float(m) for m in re.findall(r"Time: ([0-9.]+) ms", out)]
-                per = (min(t[1], t[3]) - min(t[0], t[2])) * 1e6 / CALLS
-                r_ = subprocess.run([f"{BIN}/pgbench", "-n", "-h", s.dir, "-p", str(s.port), "-U", "postgres", "-c", "1",
-                                     "-T", str(DURATION), "-f", script, "postgres"], capture_output=True, text=True)
-                m = re.search(r"tps = ([0-9.]+)", r_.stdout)
+                s.psql("SELECT snowflake_nextval(); TRUNCATE t, ts; CHECKPOINT;")
+                got = {mode: (ns_per_call(per_call["snowflake"]), insert_tps("t")),
+                       "seq": (ns_per_call(per_call["seq"]), insert_tps("ts"))}
                 if r > 0:
-                    ns[mode].append(per)
-                    tps[mode].append(float(m.group(1)) if m else 0.0)
+                    for k, (n, t) in got.items():
+                        ns[k].append(n)
+                        tps[k].append(t)
         s.psql("ALTER SYSTEM SET snowflake.track_horizon = on;")
         s.stop()
         s.start()
-        out = s.psql("\\timing on\n" + "".join(
-            f"SELECT count({e}) FROM generate_series(1, 200000) x;\n" for e in ("*", "snowflake_horizon()") * 2))
-        t = [float(m) for m in re.findall(r"Time: ([0-9.]+) ms", out)]
-        horizon_ns = (min(t[1], t[3]) - min(t[0], t[2])) * 1e6 / 200000
+        horizon_ns = ns_per_call("snowflake_horizon()", 200000)
         s.stop()
         ins = {}
         for mode in ("on", "off"):
@@ -242,12 +256,15 @@ def bench_horizon():
             s.start(wrapper=["valgrind", "--tool=callgrind", "--trace-children=yes",
                              f"--callgrind-out-file={s.dir}/cg.%p"])
             s.psql("SELECT snowflake_nextval()")
+            # The sequence does not depend on the setting: measured once, in the off run.
+            measured = {mode: per_call["snowflake"], **({"seq": per_call["seq"]} if mode == "off" else {})}
             slope = {}
-            for e in ("*", "snowflake_nextval()"):
+            for e in ("*", *measured.values()):
                 totals = [callgrind_total(callgrind_backend(s, f"SELECT count({e}) FROM generate_series(1, {n}) x;"))
                           for n in (VG_CALLS, 3 * VG_CALLS)]
                 slope[e] = (totals[1] - totals[0]) / (2 * VG_CALLS)
-            ins[mode] = slope["snowflake_nextval()"] - slope["*"]
+            for k, e in measured.items():
+                ins[k] = slope[e] - slope["*"]
             s.stop()
         return ({k: statistics.median(v) for k, v in ns.items()}, {k: statistics.median(v) for k, v in tps.items()},
                 horizon_ns, ins)
@@ -700,12 +717,17 @@ def main():
                f"{ROUNDS} after a warm-up): `snowflake_nextval()` per call ({CALLS} calls, floor subtracted), pgbench "
                f"`INSERT INTO t (payload) VALUES ('payload')` with 1 client for {DURATION} s and `synchronous_commit = off` "
                "(one transaction per ID: the end-of-transaction store at its most frequent), and instructions per call "
-               "under callgrind (the floor of `count(*)` subtracted, as in part 4).", "",
-               "| | track_horizon = on | off | on / off |", "|---|---:|---:|---:|",
-               f"| `snowflake_nextval()`, ns per call | {ns['on']:.1f} | {ns['off']:.1f} | {ns['on'] / ns['off']:.3f} |",
-               f"| `snowflake_nextval()`, instructions per call | {ins['on']:.0f} | {ins['off']:.0f} | {ins['on'] / ins['off']:.3f} |",
-               f"| INSERT transactions per second | {tps['on']:.0f} | {tps['off']:.0f} | {tps['on'] / tps['off']:.3f} |",
-               "", f"`snowflake_horizon()` itself: {horizon_ns / 1000:.1f} µs per call (max_connections = 64).", ""]
+               "under callgrind (the floor of `count(*)` subtracted, as in part 4). PostgreSQL's own sequence "
+               "(`nextval('s')`, and a `bigserial` table for the INSERTs) is measured in every round of both modes "
+               "on the same server; ratios are to it.", "",
+               "| | track_horizon = on | off | sequence | on / off | on / sequence | off / sequence |",
+               "|---|---:|---:|---:|---:|---:|---:|"]
+        for label, v, fmt in (("`snowflake_nextval()`, ns per call", ns, ".1f"),
+                              ("`snowflake_nextval()`, instructions per call", ins, ".0f"),
+                              ("INSERT transactions per second", tps, ".0f")):
+            md.append(f"| {label} | {v['on']:{fmt}} | {v['off']:{fmt}} | {v['seq']:{fmt}} | {v['on'] / v['off']:.3f} "
+                      f"| {v['on'] / v['seq']:.3f} | {v['off'] / v['seq']:.3f} |")
+        md += ["", f"`snowflake_horizon()` itself: {horizon_ns / 1000:.1f} µs per call (max_connections = 64).", ""]
     text = "\n".join(md)
     suffix = "" if ",".join(PARTS) == DEFAULT_PARTS else "-" + "-".join(PARTS)
     for name in (f"{today}-pg{MAJOR}{suffix}.md", f"latest-pg{MAJOR}{suffix}.md"):
