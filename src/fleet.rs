@@ -18,7 +18,7 @@ use pgrx::prelude::*;
 
 /// Created by the lease worker with the lease, in the same transaction (`lease.rs`).
 pub const CLAIMS_DDL: &str = "
-    CREATE TABLE IF NOT EXISTS _snowflake.claims (
+    CREATE TABLE _snowflake.claims (
         system_identifier bigint PRIMARY KEY,
         node_token bigint NOT NULL,
         datacenter_id integer NOT NULL,

@@ -25,9 +25,7 @@ use crate::core::fleet::REFRESH_MS;
 use crate::core::lease::{forward_jump, renewal, restored_floor};
 use crate::core::time::{Clock, SystemClock};
 use crate::shmem::{ForeignObject, GENERATOR};
-use pgrx::bgworkers::{
-    BackgroundWorker, BackgroundWorkerBuilder, BgWorkerStartTime, SignalWakeFlags,
-};
+use pgrx::bgworkers::{BackgroundWorker, BackgroundWorkerBuilder, BgWorkerStartTime};
 use pgrx::prelude::*;
 use std::ffi::{CStr, CString};
 use std::time::{Duration, Instant};
@@ -36,6 +34,12 @@ pub const SCHEMA: &str = "_snowflake";
 
 /// How often the worker looks again at a `_snowflake` object it refused.
 pub const FOREIGN_RECHECK: Duration = Duration::from_secs(2);
+
+/// How long the worker waits for a lock before it gives up, exits and is started again. Its own
+/// objects are out of everyone's reach but superusers', yet a transaction of the database's
+/// owner can hold what it needs at its first start (a `_snowflake` schema created and not yet
+/// committed, say), and such a transaction can stay open forever.
+const LOCK_TIMEOUT: &CStr = c"5s";
 
 pub fn register() {
     BackgroundWorkerBuilder::new("snowflake lease")
@@ -48,10 +52,10 @@ pub fn register() {
         .load();
 }
 
-/// Settings that `ALTER DATABASE ... SET` or `ALTER ROLE ... SET` (which the database's owner may
-/// run) would otherwise hand to the worker's session, pinned for that session: a session value
-/// outranks database and role defaults. `synchronous_commit` is not here: each transaction sets
-/// it with SET LOCAL, which outranks them too.
+/// The values the worker needs whatever the server's configuration says (postgresql.conf may
+/// set any of them server-wide), set for its session after the database's and roles' settings
+/// are gone (`forget_database_settings`). `synchronous_commit` is not here: each transaction sets
+/// it with SET LOCAL.
 const PINNED: [(&CStr, &CStr); 12] = [
     // Unqualified names could resolve to the owner's functions and operators (run as superuser).
     (c"search_path", c"pg_catalog, pg_temp"),
@@ -60,7 +64,7 @@ const PINNED: [(&CStr, &CStr); 12] = [
     (c"default_transaction_isolation", c"read committed"),
     (c"default_transaction_deferrable", c"off"),
     (c"statement_timeout", c"0"),
-    (c"lock_timeout", c"0"),
+    (c"lock_timeout", LOCK_TIMEOUT),
     (c"idle_in_transaction_session_timeout", c"0"),
     // PostgreSQL 17 and later only; skipped where it does not exist.
     (c"transaction_timeout", c"0"),
@@ -75,22 +79,99 @@ const PINNED: [(&CStr, &CStr); 12] = [
     (c"citus.enable_ddl_propagation", c"off"),
 ];
 
+fn set_for_session(name: &CStr, value: &CStr) {
+    // SAFETY: plain calls into PostgreSQL's GUC code with valid C strings. A value PostgreSQL
+    // refuses is a WARNING in the log, not an error that would stop the worker.
+    unsafe {
+        pg_sys::set_config_option(
+            name.as_ptr(),
+            value.as_ptr(),
+            pg_sys::GucContext::PGC_SUSET,
+            pg_sys::GucSource::PGC_S_SESSION,
+            pg_sys::GucAction::GUC_ACTION_SET,
+            true,
+            pg_sys::WARNING as i32,
+            false,
+        );
+    }
+}
+
 fn pin_session() {
     for (name, value) in PINNED {
-        // SAFETY: plain calls into PostgreSQL's GUC code with valid C strings, outside any
-        // transaction (none of these settings' checks needs one).
-        unsafe {
-            if pg_sys::GetConfigOption(name.as_ptr(), true, false).is_null() {
-                continue;
-            }
-            pg_sys::SetConfigOption(
-                name.as_ptr(),
-                value.as_ptr(),
-                pg_sys::GucContext::PGC_SUSET,
-                pg_sys::GucSource::PGC_S_SESSION,
-            );
+        // SAFETY: a lookup with a valid C string; missing_ok.
+        if unsafe { pg_sys::GetConfigOption(name.as_ptr(), true, false) }.is_null() {
+            continue;
+        }
+        set_for_session(name, value);
+    }
+}
+
+/// The settings PostgreSQL applied to the worker's session from `ALTER DATABASE ... SET` and
+/// `ALTER ROLE ... SET` (the four rows of `pg_db_role_setting` that apply to a session), each
+/// with its built-in value and context where `pg_settings` shows it.
+///
+/// What the database's owner can impose on the worker's session is exactly these: PostgreSQL
+/// applies them to every session that connects, the superuser's included, and the owner may set
+/// at the database level any setting an ordinary role may SET (and any a superuser granted it).
+/// So none of them is kept, whatever it is named: a list of dangerous settings would miss the
+/// next one.
+const DATABASE_SETTINGS_SQL: &str = "
+    SELECT n.name, s.boot_val::pg_catalog.text, s.context::pg_catalog.text
+      FROM (SELECT DISTINCT pg_catalog.lower(pg_catalog.split_part(c.cfg, '=', 1)) AS name
+              FROM pg_catalog.pg_db_role_setting d
+              CROSS JOIN LATERAL pg_catalog.unnest(d.setconfig) AS c(cfg)
+             WHERE d.setdatabase OPERATOR(pg_catalog.=) ANY (ARRAY[0::pg_catalog.oid,
+                       (SELECT b.oid FROM pg_catalog.pg_database b
+                         WHERE b.datname OPERATOR(pg_catalog.=) pg_catalog.current_database())])
+               AND d.setrole OPERATOR(pg_catalog.=) ANY (ARRAY[0::pg_catalog.oid,
+                       (SELECT r.oid FROM pg_catalog.pg_roles r
+                         WHERE r.rolname OPERATOR(pg_catalog.=) SESSION_USER)])) n
+      LEFT JOIN pg_catalog.pg_settings s
+        ON pg_catalog.lower(s.name) OPERATOR(pg_catalog.=) n.name
+     ORDER BY 1";
+
+/// Puts every setting of `DATABASE_SETTINGS_SQL` back to its built-in value for this session,
+/// then sets `PINNED` over the result. Settings fixed at connection (`backend` context) cannot
+/// change any more and change nothing the worker relies on; names `pg_settings` does not show
+/// are placeholders of libraries the worker never loads, or hidden settings, of which only
+/// `role` could matter (it would make the worker act as another role): it goes back to `none`,
+/// and `snowflake_lease_worker_main` checks afterwards that the worker acts as a superuser.
+/// Returns the names that were set back.
+fn forget_database_settings() -> Vec<String> {
+    // Nothing of the owner's may resolve while the settings are read, and they are read as the
+    // superuser the worker is.
+    set_for_session(c"search_path", c"pg_catalog, pg_temp");
+    set_for_session(c"role", c"none");
+    let found: Vec<(String, Option<String>, Option<String>)> =
+        BackgroundWorker::transaction(|| {
+            Spi::connect(|client| {
+                client
+                    .select(DATABASE_SETTINGS_SQL, None, &[])
+                    .expect("read the settings of the database and its roles")
+                    .map(|row| {
+                        (
+                            row.get::<String>(1).ok().flatten().unwrap_or_default(),
+                            row.get::<String>(2).ok().flatten(),
+                            row.get::<String>(3).ok().flatten(),
+                        )
+                    })
+                    .collect()
+            })
+        });
+    let mut reset = Vec::new();
+    for (name, boot, context) in found {
+        let value = match (name.as_str(), context.as_deref()) {
+            ("role", _) => "none".to_string(),
+            (_, Some("user" | "superuser")) => boot.unwrap_or_default(),
+            _ => continue,
+        };
+        if let (Ok(n), Ok(v)) = (CString::new(name.as_str()), CString::new(value)) {
+            set_for_session(&n, &v);
+            reset.push(name);
         }
     }
+    pin_session();
+    reset
 }
 
 /// Connects to `snowflake.database` as the bootstrap superuser. `ALTER DATABASE ...
@@ -148,9 +229,8 @@ fn foreign_object() -> Option<(String, String)> {
     })
 }
 
-/// Waits, refusing ID generation, while `_snowflake` holds an object no superuser owns; false if
-/// the worker is asked to stop meanwhile.
-fn wait_while_foreign_objects() -> bool {
+/// Waits, refusing ID generation, while `_snowflake` holds an object no superuser owns.
+fn wait_while_foreign_objects() {
     let mut warned = false;
     loop {
         let found = BackgroundWorker::transaction(foreign_object);
@@ -163,7 +243,7 @@ fn wait_while_foreign_objects() -> bool {
                     drop(g);
                     log!("snowflake: the objects of schema {SCHEMA} are owned by superusers again; the lease worker continues");
                 }
-                return true;
+                return;
             }
             Some((what, owner)) => {
                 g.foreign = ForeignObject::new(&what, &owner);
@@ -178,9 +258,7 @@ fn wait_while_foreign_objects() -> bool {
                 }
             }
         }
-        if !BackgroundWorker::wait_latch(Some(FOREIGN_RECHECK)) {
-            return false;
-        }
+        nap(FOREIGN_RECHECK);
     }
 }
 
@@ -194,31 +272,93 @@ fn random_token() -> i64 {
     (i64::from_ne_bytes(buf) & ((1 << 62) - 1)) | 1
 }
 
+/// What the worker keeps in `_snowflake`, each with the statements that make it: run only
+/// where it is missing, so that a normal start changes no schema and takes no lock stronger
+/// than reading needs (a `CREATE ... IF NOT EXISTS` or `COMMENT` would take one on every start,
+/// and wait for anyone who holds the object).
+fn missing_objects_ddl(token: i64) -> Vec<String> {
+    let exists = |sql: &str| {
+        Spi::get_one::<bool>(sql)
+            .expect("look for the worker's objects")
+            .unwrap_or(false)
+    };
+    let relation = |name: &str| {
+        exists(&format!(
+            "SELECT pg_catalog.to_regclass('{SCHEMA}.{name}') IS NOT NULL"
+        ))
+    };
+    let column = |name: &str| {
+        exists(&format!(
+            "SELECT EXISTS (SELECT FROM pg_catalog.pg_attribute
+                             WHERE attrelid OPERATOR(pg_catalog.=) '{SCHEMA}.claims'::pg_catalog.regclass
+                               AND attname OPERATOR(pg_catalog.=) '{name}' AND NOT attisdropped)"
+        ))
+    };
+    let mut ddl = Vec::new();
+    if !exists(&format!(
+        "SELECT EXISTS (SELECT FROM pg_catalog.pg_namespace WHERE nspname OPERATOR(pg_catalog.=) '{SCHEMA}')"
+    )) {
+        ddl.push(format!("CREATE SCHEMA {SCHEMA}"));
+        ddl.push(format!("REVOKE ALL ON SCHEMA {SCHEMA} FROM PUBLIC"));
+    }
+    let mut sequence = |name: &str, create: String, comment: String| {
+        if !relation(name) {
+            ddl.push(create);
+            ddl.push(comment);
+            ddl.push(format!(
+                "REVOKE ALL ON SEQUENCE {SCHEMA}.{name} FROM PUBLIC"
+            ));
+        }
+    };
+    sequence(
+        "lease_ms",
+        format!("CREATE SEQUENCE {SCHEMA}.lease_ms AS bigint MINVALUE 0 START 0"),
+        format!("COMMENT ON SEQUENCE {SCHEMA}.lease_ms IS 'snowflake: Unix ms up to which IDs may have been issued by this server. Do not drop or lower it.'"),
+    );
+    sequence(
+        "epoch_ms",
+        format!("CREATE SEQUENCE {SCHEMA}.epoch_ms AS bigint MINVALUE -1 START -1"),
+        format!("COMMENT ON SEQUENCE {SCHEMA}.epoch_ms IS 'snowflake: the epoch (Unix ms) that {SCHEMA}.lease_ms was written under; -1 if none. Do not change it.'"),
+    );
+    sequence(
+        "node_token",
+        format!("CREATE SEQUENCE {SCHEMA}.node_token AS bigint MINVALUE 1 START {token}"),
+        format!("COMMENT ON SEQUENCE {SCHEMA}.node_token IS 'snowflake: this server''s node token (see {SCHEMA}.claims). Do not copy it to another server.'"),
+    );
+    if !relation("claims") {
+        ddl.push(crate::fleet::CLAIMS_DDL.into());
+        ddl.push(format!("COMMENT ON TABLE {SCHEMA}.claims IS 'snowflake: which server (by system identifier) generates with which datacenter and worker ID, and the highest ID it may have issued; replicate it with your data'"));
+        ddl.push(format!("REVOKE ALL ON TABLE {SCHEMA}.claims FROM PUBLIC"));
+    } else {
+        // 1.2.0 made the table without these.
+        if !column("lease_id") {
+            ddl.push(format!(
+                "ALTER TABLE {SCHEMA}.claims ADD COLUMN lease_id bigint NOT NULL DEFAULT 0"
+            ));
+        }
+        if !column("retired") {
+            ddl.push(format!(
+                "ALTER TABLE {SCHEMA}.claims ADD COLUMN retired boolean NOT NULL DEFAULT false"
+            ));
+        }
+    }
+    ddl
+}
+
 /// Creates what is missing (as superuser, so it is ours) and reads the mark and its epoch.
 fn create_and_read_mark() -> (i64, Option<i64>) {
     let token = random_token();
     BackgroundWorker::transaction(|| {
-        for statement in [
-            format!("CREATE SCHEMA IF NOT EXISTS {SCHEMA}"),
-            format!("REVOKE ALL ON SCHEMA {SCHEMA} FROM PUBLIC"),
-            format!("CREATE SEQUENCE IF NOT EXISTS {SCHEMA}.lease_ms AS bigint MINVALUE 0 START 0"),
-            format!("COMMENT ON SEQUENCE {SCHEMA}.lease_ms IS 'snowflake: Unix ms up to which IDs may have been issued by this server. Do not drop or lower it.'"),
-            format!("CREATE SEQUENCE IF NOT EXISTS {SCHEMA}.epoch_ms AS bigint MINVALUE -1 START -1"),
-            format!("COMMENT ON SEQUENCE {SCHEMA}.epoch_ms IS 'snowflake: the epoch (Unix ms) that {SCHEMA}.lease_ms was written under; -1 if none. Do not change it.'"),
-            format!("CREATE SEQUENCE IF NOT EXISTS {SCHEMA}.node_token AS bigint MINVALUE 1 START {token}"),
-            format!("COMMENT ON SEQUENCE {SCHEMA}.node_token IS 'snowflake: this server''s node token (see {SCHEMA}.claims). Do not copy it to another server.'"),
-            crate::fleet::CLAIMS_DDL.into(),
-            // 1.2.0 made the table without these.
-            format!("ALTER TABLE {SCHEMA}.claims ADD COLUMN IF NOT EXISTS lease_id bigint NOT NULL DEFAULT 0, ADD COLUMN IF NOT EXISTS retired boolean NOT NULL DEFAULT false"),
-            format!("COMMENT ON TABLE {SCHEMA}.claims IS 'snowflake: which server (by system identifier) generates with which datacenter and worker ID, and the highest ID it may have issued; replicate it with your data'"),
-            format!("REVOKE ALL ON ALL TABLES IN SCHEMA {SCHEMA} FROM PUBLIC"),
-            format!("REVOKE ALL ON ALL SEQUENCES IN SCHEMA {SCHEMA} FROM PUBLIC"),
-        ] {
-            Spi::run(&statement).unwrap_or_else(|e| panic!("{statement}: {e}"));
+        let ddl = missing_objects_ddl(token);
+        for statement in &ddl {
+            Spi::run(statement).unwrap_or_else(|e| panic!("{statement}: {e}"));
         }
-        // Someone may have made `_snowflake` between the check and the CREATE ... IF NOT EXISTS
-        // that then adopted it: look again, and use nothing of it if so (the error rolls back,
-        // the worker restarts and refuses it).
+        if !ddl.is_empty() {
+            log!("snowflake lease worker created what was missing of schema {SCHEMA} in database \"{}\"", config::database());
+        }
+        // Someone may have made `_snowflake` between the check and the CREATE that then failed or
+        // took it: look again, and use nothing of it if so (the error rolls back, the worker
+        // restarts and refuses it).
         if let Some((what, owner)) = foreign_object() {
             error!("snowflake lease worker: {what} was made by role \"{owner}\" while the worker started");
         }
@@ -264,18 +404,31 @@ fn renew(epoch: i64, drift: u64) -> Option<u64> {
 #[pg_guard]
 #[unsafe(no_mangle)]
 pub extern "C-unwind" fn snowflake_lease_worker_main(_arg: pg_sys::Datum) {
-    BackgroundWorker::attach_signal_handlers(SignalWakeFlags::SIGHUP | SignalWakeFlags::SIGTERM);
+    handle_signals();
     connect();
-    pin_session();
+    let reset = forget_database_settings();
+    // SAFETY: a plain check of the current user, inside no transaction (it needs no catalog).
+    if !unsafe { pg_sys::superuser() } {
+        error!(
+            "snowflake lease worker does not run as a superuser in database \"{}\"; it refuses to continue",
+            config::database()
+        );
+    }
+    if !reset.is_empty() {
+        log!(
+            "snowflake lease worker ignores the settings of database \"{}\" and its roles: {}",
+            config::database(),
+            reset.join(", ")
+        );
+    }
     {
         let mut g = GENERATOR.exclusive();
         g.worker_latch = unsafe { pg_sys::MyLatch } as usize;
         g.worker_pid = unsafe { pg_sys::MyProcPid };
     }
-    if !wait_while_foreign_objects() {
-        GENERATOR.exclusive().worker_latch = 0;
-        return;
-    }
+    // SAFETY: registers a callback with a null argument; it runs once, at exit.
+    unsafe { pg_sys::before_shmem_exit(Some(forget_worker), pg_sys::Datum::from(0usize)) };
+    wait_while_foreign_objects();
 
     let epoch = config::epoch_ms();
     let (mark, recorded_epoch) = create_and_read_mark();
@@ -297,8 +450,13 @@ pub extern "C-unwind" fn snowflake_lease_worker_main(_arg: pg_sys::Datum) {
             conflict = crate::fleet::refresh(conflict);
             claimed_at = Some(Instant::now());
         }
-        if BackgroundWorker::sighup_received() {
-            unsafe { pg_sys::ProcessConfigFile(pg_sys::GucContext::PGC_SIGHUP) };
+        // SAFETY: the flag is set by PostgreSQL's own SIGHUP handler; reading the file is what
+        // every process does when it is set.
+        if unsafe { pg_sys::ConfigReloadPending } != 0 {
+            unsafe {
+                pg_sys::ConfigReloadPending = 0;
+                pg_sys::ProcessConfigFile(pg_sys::GucContext::PGC_SIGHUP);
+            }
         }
         // A wall clock that advanced more than elapsed time did jumped forward: IDs issued from
         // now on are dated that far ahead if the clock is wrong, and a later correction puts
@@ -334,10 +492,67 @@ pub extern "C-unwind" fn snowflake_lease_worker_main(_arg: pg_sys::Datum) {
                 g.recorded_epoch_ms = epoch;
             }
         }
-        let nap = Duration::from_millis((crate::core::lease::lease_length_ms(drift) / 4).max(5));
-        if !BackgroundWorker::wait_latch(Some(nap)) {
-            break;
-        }
+        nap(Duration::from_millis(
+            (crate::core::lease::lease_length_ms(drift) / 4).max(5),
+        ));
     }
-    GENERATOR.exclusive().worker_latch = 0;
+}
+
+/// The worker's life. SIGTERM (`pg_terminate_backend()`, a shutdown) is PostgreSQL's `die`: the
+/// worker ends at its next interrupt check, also inside a statement or a lock wait, with a FATAL
+/// error and exit code 1, and the postmaster starts it again a second later unless the server is
+/// shutting down. (A worker that returned, exit code 0, would never be started again, and every
+/// `snowflake_nextval()` of the server would wait for a lease that never comes.) A cancel
+/// (SIGINT) is an ERROR, which in a background worker ends it the same way; `kill -9` makes
+/// the postmaster restart every process, the worker among them. SIGHUP reloads the
+/// configuration.
+fn handle_signals() {
+    // The handlers themselves, as PostgreSQL exports them (pgrx's `pg_sys::die` is a Rust wrapper
+    // for calling it, not a signal handler).
+    unsafe extern "C-unwind" {
+        fn die(signal: std::ffi::c_int);
+        fn SignalHandlerForConfigReload(signal: std::ffi::c_int);
+    }
+    // SAFETY: installs PostgreSQL's own handlers, then unblocks signals, first thing in the
+    // worker as every background worker does.
+    unsafe {
+        #[cfg(not(feature = "pg18"))]
+        {
+            pg_sys::pqsignal(pg_sys::SIGHUP as i32, Some(SignalHandlerForConfigReload));
+            pg_sys::pqsignal(pg_sys::SIGTERM as i32, Some(die));
+        }
+        // PostgreSQL 18 names the backend's variant pqsignal_be.
+        #[cfg(feature = "pg18")]
+        {
+            pg_sys::pqsignal_be(pg_sys::SIGHUP as i32, Some(SignalHandlerForConfigReload));
+            pg_sys::pqsignal_be(pg_sys::SIGTERM as i32, Some(die));
+        }
+        pg_sys::BackgroundWorkerUnblockSignals();
+    }
+}
+
+/// Sleeps until `timeout` passes or the latch is set (a backend that wants a lease, a signal),
+/// then lets PostgreSQL act on a pending termination or cancel. Exits if the postmaster died.
+fn nap(timeout: Duration) {
+    // SAFETY: this process's own latch, as every background worker waits.
+    unsafe {
+        pg_sys::WaitLatch(
+            pg_sys::MyLatch,
+            (pg_sys::WL_LATCH_SET | pg_sys::WL_TIMEOUT | pg_sys::WL_EXIT_ON_PM_DEATH) as i32,
+            timeout.as_millis().min(i32::MAX as u128) as _,
+            pg_sys::PG_WAIT_EXTENSION,
+        );
+        pg_sys::ResetLatch(pg_sys::MyLatch);
+    }
+    pgrx::check_for_interrupts!();
+}
+
+/// At exit, however the worker ends: backends stop waking its latch, and `snowflake_node()`
+/// shows no worker until the next one starts.
+#[pg_guard]
+unsafe extern "C-unwind" fn forget_worker(_code: i32, _arg: pg_sys::Datum) {
+    let mut g = GENERATOR.exclusive();
+    if g.worker_pid == unsafe { pg_sys::MyProcPid } {
+        g.worker_latch = 0;
+    }
 }

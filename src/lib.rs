@@ -6,6 +6,7 @@
 pub mod core;
 
 mod api;
+mod as_owner;
 mod codec;
 mod config;
 mod errors;

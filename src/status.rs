@@ -112,6 +112,11 @@ fn snowflake_stats() -> TableIterator<
 /// clock would make this server's IDs run ahead of time.
 #[pg_extern(volatile, parallel_unsafe)]
 fn snowflake_set_floor(id: i64) {
+    set_floor(id)
+}
+
+/// `snowflake_set_floor()` for a caller that has checked the privilege (`snowflake_adopt`).
+pub fn set_floor(id: i64) {
     require_preload("snowflake_set_floor()");
     if unsafe { pg_sys::RecoveryInProgress() } {
         errors::in_recovery("snowflake_set_floor()");
@@ -134,63 +139,7 @@ fn snowflake_set_floor(id: i64) {
 }
 
 extension_sql!(
-    r#"
-REVOKE EXECUTE ON FUNCTION snowflake_set_floor(bigint) FROM PUBLIC;
-
--- Switches an existing bigint key (bigserial, identity, or plain) to snowflake_nextval() with
--- only a brief lock: writers wait for the switch, readers do not.
-CREATE FUNCTION snowflake_adopt(tbl regclass, col name DEFAULT 'id') RETURNS bigint
-LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
-SET search_path = pg_catalog, pg_temp
-AS $fn$
-DECLARE
-    typ regtype;
-    ident "char";
-    max_id bigint;
-    first_id bigint;
-BEGIN
-    SELECT a.atttypid::regtype, a.attidentity INTO typ, ident
-      FROM pg_attribute a
-     WHERE a.attrelid = tbl AND a.attname = col AND a.attnum > 0 AND NOT a.attisdropped;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION USING ERRCODE = 'undefined_column',
-            MESSAGE = format('column "%s" of relation %s does not exist', col, tbl);
-    END IF;
-    -- A view or a foreign table would run code of its owner's choosing as the caller (who is a
-    -- superuser): only tables.
-    IF (SELECT c.relkind FROM pg_class c WHERE c.oid = tbl) NOT IN ('r', 'p') THEN
-        RAISE EXCEPTION USING ERRCODE = 'wrong_object_type',
-            MESSAGE = format('%s is not a table', tbl),
-            DETAIL = 'snowflake_adopt switches the key of a plain or partitioned table.';
-    END IF;
-    IF typ <> 'bigint'::regtype THEN
-        RAISE EXCEPTION USING ERRCODE = 'datatype_mismatch',
-            MESSAGE = format('column "%s" of relation %s is of type %s, not bigint', col, tbl, typ),
-            DETAIL = 'Snowflake IDs need all 64 bits.',
-            HINT = format('Run ALTER TABLE %s ALTER COLUMN %I TYPE bigint first.', tbl, col);
-    END IF;
-    -- No writer may add an old-style key between reading the maximum and switching the default.
-    EXECUTE format('LOCK TABLE %s IN SHARE ROW EXCLUSIVE MODE', tbl);
-    EXECUTE format('SELECT pg_catalog.max(%I) FROM %s', col, tbl) INTO max_id;
-    IF max_id IS NOT NULL THEN
-        PERFORM @extschema@.snowflake_set_floor(max_id);
-    END IF;
-    IF ident <> '' THEN
-        EXECUTE format('ALTER TABLE %s ALTER COLUMN %I DROP IDENTITY', tbl, col);
-    END IF;
-    EXECUTE format('ALTER TABLE %s ALTER COLUMN %I SET DEFAULT @extschema@.snowflake_nextval()', tbl, col);
-    -- Check, do not assume: the next ID must be above every existing key.
-    first_id := @extschema@.snowflake_nextval();
-    IF max_id IS NOT NULL AND first_id <= max_id THEN
-        RAISE EXCEPTION USING ERRCODE = 'internal_error',
-            MESSAGE = format('snowflake_nextval() returned %s, not above the existing maximum %s', first_id, max_id);
-    END IF;
-    RETURN max_id;
-END
-$fn$;
-COMMENT ON FUNCTION snowflake_adopt(regclass, name) IS
-  'Switch an existing bigint key to DEFAULT snowflake_nextval(), guaranteeing new IDs above existing ones; returns the old maximum';
-"#,
-    name = "snowflake_adopt",
-    requires = [snowflake_set_floor, "snowflake_decode"]
+    "REVOKE EXECUTE ON FUNCTION snowflake_set_floor(bigint) FROM PUBLIC;\n",
+    name = "snowflake_set_floor_revoked",
+    requires = [snowflake_set_floor]
 );

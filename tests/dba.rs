@@ -149,11 +149,15 @@ const CATALOG: &str = "SELECT string_agg(format('%s %s %s %s %s %s %s %s %s %s %
      JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'snowflake'";
 
 /// Every released version, each with a query that must fail there because a later one adds it.
-const RELEASES: [(&str, &str); 4] = [
+const RELEASES: [(&str, &str); 5] = [
     ("1.0.0", "SELECT * FROM snowflake_stats()"),
     ("1.1.0", "SELECT * FROM snowflake_partitions('pg_class')"),
     ("1.2.0", "SELECT clock_forward_jumps FROM snowflake_stats()"),
     ("1.3.0", "SELECT snowflake_to_base62(1)"),
+    (
+        "1.4.0",
+        "SELECT '_snowflake_adopt_lock(regclass, name)'::regprocedure",
+    ),
 ];
 
 #[test]

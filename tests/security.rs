@@ -76,7 +76,7 @@ fn claims_refreshed_since(c: &Cluster, since: &str) -> String {
     c.try_sql_in(
         "app",
         &format!(
-            "SET statement_timeout = 0; SET search_path = pg_catalog; \
+            "SET ROLE NONE; SET statement_timeout = 0; SET search_path = pg_catalog; \
              SELECT count(*) FROM _snowflake.claims WHERE last_seen > '{since}'"
         ),
     )
@@ -85,7 +85,11 @@ fn claims_refreshed_since(c: &Cluster, since: &str) -> String {
 
 #[test]
 fn a_database_owner_cannot_become_superuser_or_stop_the_worker() {
-    let c = owned_app_database("owner-levers", TRAPS);
+    // Every session in app, the superuser's included, would also act as appowner.
+    let c = owned_app_database(
+        "owner-levers",
+        &format!("{TRAPS}; ALTER DATABASE app SET role = 'appowner'"),
+    );
     // The worker's first claim refresh ran at start: checked now, and after more below. (The
     // next test shows that the traps do work on a session that follows the database settings.)
     assert_eq!(is_superuser(&c, "appowner"), "f");
@@ -119,7 +123,7 @@ fn a_database_owner_cannot_become_superuser_or_stop_the_worker() {
     assert_eq!(
         c.try_sql_in(
             "app",
-            "SET statement_timeout = 0; SELECT string_agg(DISTINCT pg_catalog.pg_get_userbyid(relowner)::text, ',') FROM pg_catalog.pg_class WHERE relnamespace = '_snowflake'::regnamespace"
+            "SET ROLE NONE; SET statement_timeout = 0; SELECT string_agg(DISTINCT pg_catalog.pg_get_userbyid(relowner)::text, ',') FROM pg_catalog.pg_class WHERE relnamespace = '_snowflake'::regnamespace"
         )
         .unwrap(),
         "postgres"
@@ -239,4 +243,163 @@ fn objects_the_worker_did_not_create_are_refused_until_a_superuser_fixes_them() 
         .unwrap();
     assert!(!e.status.success());
     assert!(String::from_utf8_lossy(&e.stderr).contains("permission denied"));
+}
+
+/// A table owner's code in the CHECK constraints PostgreSQL evaluates while it checks a new
+/// partition against the default one, and while it plans a query with `constraint_exclusion`:
+/// `m.trap()` makes whoever runs it... makes `tabowner` a superuser, if it runs as one.
+const TABLE_TRAPS: &str = "
+    CREATE SCHEMA m;
+    CREATE FUNCTION m.escalate() RETURNS boolean LANGUAGE plpgsql AS $$
+      BEGIN ALTER ROLE tabowner SUPERUSER; RETURN true; EXCEPTION WHEN OTHERS THEN RETURN true; END $$;
+    CREATE FUNCTION m.trap() RETURNS boolean LANGUAGE sql IMMUTABLE AS 'SELECT m.escalate()';
+    CREATE TABLE m.ev (id bigint NOT NULL) PARTITION BY RANGE (id);
+    CREATE TABLE m.ev_default PARTITION OF m.ev DEFAULT;
+    ALTER TABLE m.ev_default ADD CONSTRAINT trap CHECK (m.trap() OR id > 0);
+    CREATE TABLE m.t (id bigint PRIMARY KEY, CONSTRAINT trap CHECK (m.trap() OR id > 0));
+    INSERT INTO m.t VALUES (1), (2), (3);
+    GRANT USAGE ON SCHEMA m TO PUBLIC;";
+
+#[test]
+fn a_table_owners_code_never_runs_as_the_superuser_who_maintains_the_table() {
+    let mut c = Cluster::new("table-owner-code", "snowflake.worker_id = 9");
+    c.start();
+    c.sql("CREATE EXTENSION snowflake; CREATE ROLE tabowner LOGIN; GRANT CREATE ON DATABASE postgres TO tabowner; CREATE ROLE other LOGIN");
+    c.try_sql_as("tabowner", TABLE_TRAPS).unwrap();
+    assert_eq!(is_superuser(&c, "tabowner"), "f");
+
+    // The traps are live: a superuser who plans a query on m.t with constraint_exclusion runs
+    // m.trap() (proved in a transaction that is rolled back).
+    let live = c.sql("BEGIN; SET LOCAL constraint_exclusion = on; EXPLAIN SELECT * FROM m.t WHERE id = 5; SELECT rolsuper::text FROM pg_roles WHERE rolname = 'tabowner'; ROLLBACK");
+    assert!(live.ends_with("true"), "the trap did not run: {live}");
+    assert_eq!(is_superuser(&c, "tabowner"), "f");
+
+    // The superuser maintains the owner's tables: everything that touches them runs as tabowner.
+    let made = c.sql("SET constraint_exclusion = on; SELECT count(*) FROM snowflake_create_partitions('m.ev', now(), now() + interval '2 days')");
+    assert_eq!(made, "2");
+    assert_eq!(
+        is_superuser(&c, "tabowner"),
+        "f",
+        "create_partitions ran the owner's code as superuser"
+    );
+    assert_eq!(
+        c.sql("SELECT DISTINCT pg_get_userbyid(c.relowner) FROM snowflake_partitions('m.ev') p JOIN pg_class c ON c.oid = p.partition"),
+        "tabowner",
+        "the partitions belong to the table's owner"
+    );
+    assert_eq!(
+        c.sql("SET constraint_exclusion = on; SELECT snowflake_adopt('m.t')"),
+        "3"
+    );
+    assert_eq!(
+        is_superuser(&c, "tabowner"),
+        "f",
+        "adopt ran the owner's code as superuser"
+    );
+    // (Inserted by the owner: a superuser's INSERT would run the CHECK as itself, as any DML does.)
+    c.try_sql_as("tabowner", "INSERT INTO m.t DEFAULT VALUES")
+        .unwrap();
+    assert_eq!(c.sql("SELECT count(*) FROM m.t WHERE id > 3"), "1");
+    assert_eq!(
+        c.sql("SET constraint_exclusion = on; SELECT count(*) FROM snowflake_drop_partitions('m.ev', now() + interval '3 days')"),
+        "2"
+    );
+    assert_eq!(
+        is_superuser(&c, "tabowner"),
+        "f",
+        "drop_partitions ran the owner's code as superuser"
+    );
+
+    // Acting as the owner gives no one more than they had: a role without the owner's
+    // privileges is refused, and the functions that do the work cannot be called directly.
+    for sql in [
+        "SELECT snowflake_create_partitions('m.ev', now(), now() + interval '1 day')",
+        "SELECT snowflake_drop_partitions('m.ev', now())",
+        "SELECT snowflake_adopt('m.t')",
+    ] {
+        let e = c.try_sql_as("other", sql).expect_err(sql);
+        assert_eq!(e.sqlstate, "42501", "{sql}: {}", e.raw);
+        assert!(e.message.contains("must be owner of table m."), "{}", e.raw);
+    }
+    let e = c
+        .try_sql_as(
+            "tabowner",
+            "SELECT _snowflake_create_partitions('m.ev', now(), now(), '1 day')",
+        )
+        .expect_err("the internal function ran");
+    assert_eq!(e.sqlstate, "42501", "{}", e.raw);
+    // A superuser calling it directly would be acting as itself: refused too.
+    let e = c.sql_err("SELECT _snowflake_adopt_lock('m.t', 'id')");
+    assert_eq!(e.sqlstate, "42501", "{}", e.raw);
+    assert!(e.hint.contains("snowflake_adopt()"), "{}", e.raw);
+    // The owner itself maintains its own table, as before (adopt of an empty table needs no
+    // floor, and so no superuser).
+    c.try_sql_as(
+        "tabowner",
+        "CREATE TABLE m.empty (id bigint PRIMARY KEY); SELECT snowflake_adopt('m.empty')",
+    )
+    .unwrap();
+    assert_eq!(is_superuser(&c, "tabowner"), "f");
+}
+
+fn worker_pid(c: &Cluster) -> Option<String> {
+    c.try_sql("SELECT pid FROM pg_stat_activity WHERE backend_type = 'snowflake lease'")
+        .ok()
+        .filter(|pid| !pid.is_empty())
+}
+
+/// Terminated, cancelled or killed, the lease worker is back within seconds, and its start
+/// changes no schema: a session holding a lock on its claims table (which replication, a
+/// monitoring query or a DBA may hold) does not stop it.
+#[test]
+fn the_lease_worker_comes_back_however_it_is_stopped() {
+    let mut c = Cluster::new("worker-life", "snowflake.worker_id = 9");
+    c.start();
+    c.sql("CREATE EXTENSION snowflake; CREATE TABLE t (id bigint PRIMARY KEY DEFAULT snowflake_nextval())");
+    c.wait_for("SELECT snowflake_nextval() > 0", "t", 20);
+    let mut holder = c
+        .psql_cmd("postgres")
+        .arg("-c")
+        .arg("BEGIN; LOCK TABLE _snowflake.claims IN ACCESS SHARE MODE; SELECT pg_sleep(600)")
+        .spawn()
+        .unwrap();
+    c.wait_for(
+        "SELECT count(*) FROM pg_locks WHERE relation = '_snowflake.claims'::regclass AND granted AND pid <> pg_backend_pid()",
+        "1",
+        20,
+    );
+    for how in ["pg_terminate_backend", "pg_cancel_backend", "kill -KILL"] {
+        let before = worker_pid(&c).expect("a lease worker runs");
+        let since = c.sql("SELECT now()");
+        if let Some(signal) = how.strip_prefix("kill ") {
+            let out = std::process::Command::new("kill")
+                .args([signal, &before])
+                .output()
+                .unwrap();
+            assert!(out.status.success());
+        } else {
+            assert_eq!(c.sql(&format!("SELECT {how}({before})")), "t");
+        }
+        let mut seen = String::new();
+        let back = common::eventually(30, || {
+            seen = c
+                .try_sql(&format!(
+                    "SELECT (SELECT pid FROM pg_stat_activity WHERE backend_type = 'snowflake lease') <> {before} \
+                        AND EXISTS (SELECT FROM _snowflake.claims WHERE last_seen > '{since}')"
+                ))
+                .unwrap_or_else(|e| e.raw);
+            seen == "t"
+        });
+        assert!(
+            back,
+            "after {how}, no new lease worker refreshed its claim (last answer: {seen}):\n{}",
+            c.log()
+        );
+        c.sql("INSERT INTO t SELECT FROM generate_series(1, 100)");
+    }
+    assert_eq!(c.sql("SELECT count(DISTINCT id) FROM t"), "300");
+    let _ = holder.kill();
+    let _ = holder.wait();
+    // A shutdown is not a termination to come back from: the server stops.
+    c.stop("fast");
 }

@@ -1,0 +1,232 @@
+//! What a superuser runs on someone else's table runs as that table's owner.
+//!
+//! `snowflake_adopt()`, `snowflake_create_partitions()` and `snowflake_drop_partitions()` plan
+//! queries on a table and change it. PostgreSQL runs code of the table owner's choosing while it
+//! does (an IMMUTABLE function in a CHECK constraint is evaluated when a partition is checked or
+//! a query planned, an index predicate while the planner proves it), as whoever runs the
+//! statement. Called by a superuser on a table an ordinary role owns, that code would run as the
+//! superuser. So these functions do what PostgreSQL's own maintenance commands (VACUUM, ANALYZE,
+//! REINDEX, REFRESH MATERIALIZED VIEW) do: everything that touches the table runs as its owner,
+//! inside a security-restricted operation, with `search_path = pg_catalog, pg_temp`.
+//!
+//! The caller must have the owner's privileges (be the owner, a member of its role, or a
+//! superuser), so acting as the owner never gives anyone more than they had. The work itself is
+//! PL/pgSQL (`as_owner.sql`, beside this file), in functions no one else may execute, each of which refuses to
+//! run as anyone but the table's owner; they are found by their membership in the extension and
+//! called by OID, so nothing a database owner creates in the extension's schema can stand in
+//! for them.
+
+use crate::errors;
+use pgrx::datum::{Interval, TimestampWithTimeZone};
+use pgrx::prelude::*;
+use pgrx::PgSqlErrorCode;
+
+/// The OID of the extension's own function `name` (a member of extension snowflake).
+fn own_function(name: &str) -> pg_sys::Oid {
+    Spi::get_one_with_args::<pg_sys::Oid>(
+        "SELECT p.oid FROM pg_catalog.pg_proc p
+           JOIN pg_catalog.pg_depend d
+             ON d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_proc'::pg_catalog.regclass
+            AND d.objid OPERATOR(pg_catalog.=) p.oid
+            AND d.deptype OPERATOR(pg_catalog.=) 'e'
+           JOIN pg_catalog.pg_extension e
+             ON e.oid OPERATOR(pg_catalog.=) d.refobjid
+            AND e.extname OPERATOR(pg_catalog.=) 'snowflake'
+          WHERE p.proname OPERATOR(pg_catalog.=) $1::pg_catalog.name",
+        &[name.into()],
+    )
+    .expect("look up the extension's own function")
+    .unwrap_or_else(|| panic!("extension snowflake has no function {name}"))
+}
+
+/// The owner of table `rel`, after checking that the caller has its privileges.
+fn owner_for(rel: pg_sys::Oid, function: &str) -> pg_sys::Oid {
+    let (owner, name) = Spi::get_two_with_args::<pg_sys::Oid, String>(
+        "SELECT c.relowner, pg_catalog.format('%s', c.oid::pg_catalog.regclass)
+           FROM pg_catalog.pg_class c WHERE c.oid OPERATOR(pg_catalog.=) $1",
+        &[rel.into()],
+    )
+    .expect("read the table's owner");
+    let Some(owner) = owner else {
+        errors::raise(
+            PgSqlErrorCode::ERRCODE_UNDEFINED_TABLE,
+            format!("relation with OID {} does not exist", rel.to_u32()),
+            None,
+            None,
+        )
+    };
+    // SAFETY: a lookup in the role cache for the current user.
+    if !unsafe { pg_sys::has_privs_of_role(pg_sys::GetUserId(), owner) } {
+        errors::raise(
+            PgSqlErrorCode::ERRCODE_INSUFFICIENT_PRIVILEGE,
+            format!("must be owner of table {}", name.unwrap_or_default()),
+            Some(format!(
+                "{function} acts as the owner of the table it works on; its caller must have that role's privileges."
+            )),
+            Some("Run it as the table's owner, a member of its role, or a superuser."),
+        )
+    }
+    owner
+}
+
+/// Runs `f` as `owner`, in a security-restricted operation with a safe search_path, as
+/// PostgreSQL's maintenance commands do. An error inside rolls back the user and the settings
+/// with the (sub)transaction it aborts.
+fn as_owner<R>(owner: pg_sys::Oid, f: impl FnOnce() -> R) -> R {
+    let mut user = pg_sys::InvalidOid;
+    let mut context = 0;
+    // SAFETY: PostgreSQL's own calls for a security-restricted operation, undone in reverse
+    // order below; on error, transaction abort restores both.
+    let nest = unsafe {
+        pg_sys::GetUserIdAndSecContext(&mut user, &mut context);
+        pg_sys::SetUserIdAndSecContext(
+            owner,
+            context
+                | pg_sys::SECURITY_LOCAL_USERID_CHANGE as i32
+                | pg_sys::SECURITY_RESTRICTED_OPERATION as i32,
+        );
+        let nest = pg_sys::NewGUCNestLevel();
+        // What RestrictSearchPath() does on 17 and later, written out for every major.
+        pg_sys::set_config_option(
+            c"search_path".as_ptr(),
+            c"pg_catalog, pg_temp".as_ptr(),
+            pg_sys::GucContext::PGC_USERSET,
+            pg_sys::GucSource::PGC_S_SESSION,
+            pg_sys::GucAction::GUC_ACTION_SAVE,
+            true,
+            0,
+            false,
+        );
+        nest
+    };
+    let result = f();
+    // SAFETY: see above.
+    unsafe {
+        pg_sys::AtEOXact_GUC(false, nest);
+        pg_sys::SetUserIdAndSecContext(user, context);
+    }
+    result
+}
+
+/// Calls the extension's function `name` by OID (no name resolution, no EXECUTE check: only
+/// this module calls it, as the table's owner).
+fn call(name: &str, args: &[pg_sys::Datum]) -> pg_sys::Datum {
+    let f = own_function(name);
+    let none = pg_sys::InvalidOid;
+    // SAFETY: the function's arguments are those its SQL declaration names (as_owner.sql),
+    // none NULL, and it never returns NULL.
+    unsafe {
+        match args {
+            [a, b] => pg_sys::OidFunctionCall2Coll(f, none, *a, *b),
+            [a, b, c] => pg_sys::OidFunctionCall3Coll(f, none, *a, *b, *c),
+            [a, b, c, d] => pg_sys::OidFunctionCall4Coll(f, none, *a, *b, *c, *d),
+            _ => unreachable!("no function of as_owner.sql takes {} arguments", args.len()),
+        }
+    }
+}
+
+/// The elements of a non-NULL array returned by one of the functions of as_owner.sql.
+fn array<T, R>(datum: pg_sys::Datum, each: impl Fn(T::As<'_>) -> R) -> Vec<Option<R>>
+where
+    T: pgrx::datum::UnboxDatum,
+{
+    // SAFETY: a non-NULL array of T, as the function's declaration says.
+    let a = unsafe { pgrx::datum::Array::<T>::from_datum(datum, false) };
+    a.map(|a| a.iter().map(|e| e.map(&each)).collect())
+        .unwrap_or_default()
+}
+
+/// The SQL declarations are in `as_owner.sql` (their argument types, regclass and name,
+/// have no Rust type here): `tbl` is a regclass and `col` a name, passed on as they came.
+#[pg_extern(sql = false)]
+fn snowflake_adopt(tbl: pg_sys::Oid, col: &std::ffi::CStr) -> Option<i64> {
+    // A `name` is a NUL-terminated array of bytes: passed on as it came.
+    let col = pg_sys::Datum::from(col.as_ptr());
+    let owner = owner_for(tbl, "snowflake_adopt()");
+    let tbl_datum = pg_sys::Datum::from(tbl);
+    // Checks, locks the table against writers, reads its largest key.
+    let max = as_owner(owner, || {
+        array::<i64, _>(call("_snowflake_adopt_lock", &[tbl_datum, col]), |id| id)
+    });
+    let max = max.first().copied().flatten();
+    // The floor is the caller's to raise (snowflake_set_floor is revoked from PUBLIC): asked for
+    // with the caller's rights, under the lock taken above.
+    if let Some(id) = max {
+        let set_floor = own_function("snowflake_set_floor");
+        let allowed = Spi::get_one_with_args::<bool>(
+            "SELECT pg_catalog.has_function_privilege($1, 'EXECUTE')",
+            &[set_floor.into()],
+        )
+        .expect("check the privilege on snowflake_set_floor")
+        .unwrap_or(false);
+        if !allowed {
+            errors::raise(
+                PgSqlErrorCode::ERRCODE_INSUFFICIENT_PRIVILEGE,
+                "permission denied for function snowflake_set_floor".into(),
+                Some(format!(
+                    "snowflake_adopt() raises the generator's floor above the table's largest key ({id}), which needs EXECUTE on snowflake_set_floor(bigint)."
+                )),
+                Some("Run it as a superuser."),
+            );
+        }
+        crate::status::set_floor(id);
+    }
+    let old = vec![max].into_datum().expect("an array is not NULL");
+    as_owner(owner, || {
+        call("_snowflake_adopt_switch", &[tbl_datum, col, old])
+    });
+    max
+}
+
+#[pg_extern(sql = false)]
+fn snowflake_create_partitions(
+    parent: pg_sys::Oid,
+    from_ts: TimestampWithTimeZone,
+    to_ts: TimestampWithTimeZone,
+    step: Interval,
+) -> SetOfIterator<'static, pg_sys::Oid> {
+    let owner = owner_for(parent, "snowflake_create_partitions()");
+    let made = as_owner(owner, || {
+        array::<pg_sys::Oid, _>(
+            call(
+                "_snowflake_create_partitions",
+                &[
+                    parent.into(),
+                    from_ts.into_datum().unwrap(),
+                    to_ts.into_datum().unwrap(),
+                    step.into_datum().unwrap(),
+                ],
+            ),
+            |oid| oid,
+        )
+    });
+    SetOfIterator::new(made.into_iter().flatten())
+}
+
+#[pg_extern(sql = false)]
+fn snowflake_drop_partitions(
+    parent: pg_sys::Oid,
+    older_than: TimestampWithTimeZone,
+) -> SetOfIterator<'static, String> {
+    let owner = owner_for(parent, "snowflake_drop_partitions()");
+    let dropped = as_owner(owner, || {
+        array::<&str, _>(
+            call(
+                "_snowflake_drop_partitions",
+                &[parent.into(), older_than.into_datum().unwrap()],
+            ),
+            |name| name.to_string(),
+        )
+    });
+    SetOfIterator::new(dropped.into_iter().flatten())
+}
+
+extension_sql_file!(
+    "as_owner.sql",
+    name = "as_owner",
+    requires = [
+        "snowflake_partitions",
+        "snowflake_set_floor_revoked",
+        "snowflake_nextval"
+    ]
+);
