@@ -189,14 +189,20 @@ pub fn node_claimed(
     other_system_identifier: i64,
     other_last_seen: &str,
     expiry_s: u64,
+    claims_stale: bool,
 ) -> ! {
+    let stale = if claims_stale {
+        " Claims may be out of date here: a subscription that carries _snowflake.claims to this server is not applying (the server log names it), and a server whose claims stop arriving cannot be told from one that left, so no claim expires until it applies again."
+    } else {
+        ""
+    };
     raise(
         PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
         format!(
             "snowflake datacenter_id {datacenter} and worker_id {worker} are also used by another server"
         ),
         Some(format!(
-            "The server with system identifier {other_system_identifier} claimed them, last seen at {other_last_seen}; two servers with one pair generate the same IDs, so this server generates none until that claim is gone."
+            "The server with system identifier {other_system_identifier} claimed them, last seen at {other_last_seen}; two servers with one pair generate the same IDs, so this server generates none until that claim is gone.{stale}"
         )),
         Some(&format!(
             "Give one of the two servers another snowflake.worker_id (or datacenter_id) and restart it. If the other server no longer runs, its claim expires {expiry_s} s after it was last seen, or retire it now (it stays as the floor for this pair): UPDATE _snowflake.claims SET retired = true WHERE system_identifier = {other_system_identifier}."

@@ -8,7 +8,7 @@
 //! role may own, so each names its functions and operators with their schema (see `lease.rs`).
 
 use crate::config;
-use crate::core::fleet::{conflict, Claim};
+use crate::core::fleet::{conflict, Claim, PathEvent, PathReading, PathWatch};
 use crate::core::layout::{assemble, Node, MAX_SEQUENCE, MAX_TIMESTAMP};
 use crate::core::time::{pg_timestamp_to_unix_ms, unix_ms_to_pg_timestamp, Clock, SystemClock};
 use crate::errors;
@@ -102,14 +102,84 @@ fn my_lease_id(node: Node) -> i64 {
     }
 }
 
+/// The subscriptions of this database that carry `_snowflake.claims` here, and what their apply
+/// workers are doing. PostgreSQL 14 counts no apply errors (its failing workers show as replaced
+/// ones); from 16 a subscription may have parallel apply workers, told apart by `leader_pid`.
+#[cfg(feature = "pg14")]
+const PATHS_SQL: &str = "
+    SELECT s.subname::pg_catalog.text, s.subenabled, w.pid,
+           (pg_catalog.date_part('epoch', pg_catalog.clock_timestamp() OPERATOR(pg_catalog.-) w.last_msg_receipt_time)
+              OPERATOR(pg_catalog.*) 1000::pg_catalog.float8)::pg_catalog.int8,
+           NULL::pg_catalog.int8
+      FROM pg_catalog.pg_subscription s
+      LEFT JOIN pg_catalog.pg_stat_subscription w
+        ON w.subid OPERATOR(pg_catalog.=) s.oid AND w.relid IS NULL AND w.pid IS NOT NULL
+     WHERE s.subdbid OPERATOR(pg_catalog.=) (SELECT d.oid FROM pg_catalog.pg_database d
+                                              WHERE d.datname OPERATOR(pg_catalog.=) pg_catalog.current_database())
+       AND EXISTS (SELECT FROM pg_catalog.pg_subscription_rel r
+                    WHERE r.srsubid OPERATOR(pg_catalog.=) s.oid
+                      AND r.srrelid OPERATOR(pg_catalog.=) '_snowflake.claims'::pg_catalog.regclass)
+     ORDER BY 1";
+#[cfg(feature = "pg15")]
+const PATHS_SQL: &str = "
+    SELECT s.subname::pg_catalog.text, s.subenabled, w.pid,
+           (pg_catalog.date_part('epoch', pg_catalog.clock_timestamp() OPERATOR(pg_catalog.-) w.last_msg_receipt_time)
+              OPERATOR(pg_catalog.*) 1000::pg_catalog.float8)::pg_catalog.int8,
+           (SELECT t.apply_error_count FROM pg_catalog.pg_stat_subscription_stats t
+             WHERE t.subid OPERATOR(pg_catalog.=) s.oid)
+      FROM pg_catalog.pg_subscription s
+      LEFT JOIN pg_catalog.pg_stat_subscription w
+        ON w.subid OPERATOR(pg_catalog.=) s.oid AND w.relid IS NULL AND w.pid IS NOT NULL
+     WHERE s.subdbid OPERATOR(pg_catalog.=) (SELECT d.oid FROM pg_catalog.pg_database d
+                                              WHERE d.datname OPERATOR(pg_catalog.=) pg_catalog.current_database())
+       AND EXISTS (SELECT FROM pg_catalog.pg_subscription_rel r
+                    WHERE r.srsubid OPERATOR(pg_catalog.=) s.oid
+                      AND r.srrelid OPERATOR(pg_catalog.=) '_snowflake.claims'::pg_catalog.regclass)
+     ORDER BY 1";
+#[cfg(not(any(feature = "pg14", feature = "pg15")))]
+const PATHS_SQL: &str = "
+    SELECT s.subname::pg_catalog.text, s.subenabled, w.pid,
+           (pg_catalog.date_part('epoch', pg_catalog.clock_timestamp() OPERATOR(pg_catalog.-) w.last_msg_receipt_time)
+              OPERATOR(pg_catalog.*) 1000::pg_catalog.float8)::pg_catalog.int8,
+           (SELECT t.apply_error_count FROM pg_catalog.pg_stat_subscription_stats t
+             WHERE t.subid OPERATOR(pg_catalog.=) s.oid)
+      FROM pg_catalog.pg_subscription s
+      LEFT JOIN pg_catalog.pg_stat_subscription w
+        ON w.subid OPERATOR(pg_catalog.=) s.oid AND w.relid IS NULL AND w.pid IS NOT NULL
+       AND w.leader_pid IS NULL
+     WHERE s.subdbid OPERATOR(pg_catalog.=) (SELECT d.oid FROM pg_catalog.pg_database d
+                                              WHERE d.datname OPERATOR(pg_catalog.=) pg_catalog.current_database())
+       AND EXISTS (SELECT FROM pg_catalog.pg_subscription_rel r
+                    WHERE r.srsubid OPERATOR(pg_catalog.=) s.oid
+                      AND r.srrelid OPERATOR(pg_catalog.=) '_snowflake.claims'::pg_catalog.regclass)
+     ORDER BY 1";
+
+/// The readings of `PATHS_SQL`, inside the caller's transaction.
+fn read_paths() -> Vec<PathReading> {
+    Spi::connect(|client| {
+        client
+            .select(PATHS_SQL, None, &[])
+            .expect("read the subscriptions that carry the claims")
+            .map(|row| PathReading {
+                subscription: row.get::<String>(1).ok().flatten().unwrap_or_default(),
+                enabled: row.get::<bool>(2).ok().flatten().unwrap_or(false),
+                apply_pid: row.get::<i32>(3).ok().flatten(),
+                silent_ms: row.get::<i64>(4).ok().flatten().map(|ms| ms.max(0) as u64),
+                errors: row.get::<i64>(5).ok().flatten(),
+            })
+            .collect()
+    })
+}
+
 /// Writes this server's claim, reads the others' on its pair, and sets or clears the refusal.
 /// `seen` is the conflict of the previous refresh, so that the start and the end of a conflict
-/// are logged once each.
-pub fn refresh(seen: Option<Claim>) -> Option<Claim> {
+/// are logged once each; `paths` watches the subscriptions that bring the claims here, and
+/// `now_ms` is the worker's monotonic clock.
+pub fn refresh(seen: Option<Claim>, paths: &mut PathWatch, now_ms: u64) -> Option<Claim> {
     let me = system_identifier();
     let node = config::node();
     let (dc, w) = (node.datacenter(), node.worker());
-    let (token, claims) = BackgroundWorker::transaction(|| {
+    let (token, claims, readings) = BackgroundWorker::transaction(|| {
         Spi::run("SET LOCAL synchronous_commit = off").expect("set synchronous_commit");
         let token = node_token();
         // Delete and insert rather than update: a peer that subscribed after our row was made
@@ -134,21 +204,30 @@ pub fn refresh(seen: Option<Claim>) -> Option<Claim> {
             ],
         )
         .expect("write this server's claim");
-        (token, read_claims())
+        (token, read_claims(), read_paths())
     });
-    let found = conflict(
-        me,
-        token,
-        dc,
-        w,
-        &claims,
-        SystemClock.now_unix_ms(),
-        config::claim_expiry_ms(),
-    );
+    for event in paths.observe(now_ms, readings) {
+        match event {
+            PathEvent::Broke { subscription, why } => warning!(
+                "snowflake: subscription \"{subscription}\" carries _snowflake.claims to this server and is not applying: {why}; other servers' claims may be out of date, so until it has applied again for {} s no claim on datacenter_id {dc} and worker_id {w} expires",
+                crate::core::fleet::MIN_EXPIRY_MS / 1000
+            ),
+            PathEvent::Recovered { subscription } => log!(
+                "snowflake: subscription \"{subscription}\" applies _snowflake.claims again"
+            ),
+        }
+    }
+    let stale = paths.claims_may_be_stale(now_ms);
+    let expiry = config::claim_expiry_ms();
+    let now = SystemClock.now_unix_ms();
+    let found = conflict(me, token, dc, w, &claims, now, expiry, stale);
+    let only_because_stale =
+        found.is_some() && conflict(me, token, dc, w, &claims, now, expiry, false).is_none();
     {
         let mut g = GENERATOR.exclusive();
         g.state.refused = found.is_some();
         g.conflict = found.unwrap_or(NO_CLAIM);
+        g.claims_stale = only_because_stale;
     }
     match (seen, found) {
         (None, Some(c)) => warning!(
@@ -181,7 +260,10 @@ pub fn last_seen(c: &Claim) -> Option<TimestampWithTimeZone> {
 /// The error of `snowflake_nextval()` while another live server claims our pair.
 pub fn refuse() -> ! {
     let node = config::node();
-    let other = GENERATOR.share().conflict().unwrap_or(NO_CLAIM);
+    let (other, stale) = {
+        let g = GENERATOR.share();
+        (g.conflict().unwrap_or(NO_CLAIM), g.claims_stale)
+    };
     let seen = last_seen(&other)
         .map(|t| t.to_string())
         .unwrap_or_else(|| format!("{} ms after 1970", other.last_seen_unix_ms));
@@ -191,5 +273,6 @@ pub fn refuse() -> ! {
         other.system_identifier,
         &seen,
         config::claim_expiry_ms() / 1000,
+        stale,
     )
 }

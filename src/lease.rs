@@ -443,11 +443,14 @@ pub extern "C-unwind" fn snowflake_lease_worker_main(_arg: pg_sys::Datum) {
     // The claim is refreshed first: backends wait for the first lease, so after a start no ID is
     // issued before the fleet check has looked at the other servers' claims.
     let mut conflict = None;
+    let mut paths = crate::core::fleet::PathWatch::default();
+    let started = Instant::now();
     let mut claimed_at: Option<Instant> = None;
     let mut looked = (SystemClock.now_unix_ms(), Instant::now());
     loop {
         if claimed_at.is_none_or(|t| t.elapsed() >= Duration::from_millis(REFRESH_MS)) {
-            conflict = crate::fleet::refresh(conflict);
+            conflict =
+                crate::fleet::refresh(conflict, &mut paths, started.elapsed().as_millis() as u64);
             claimed_at = Some(Instant::now());
         }
         // SAFETY: the flag is set by PostgreSQL's own SIGHUP handler; reading the file is what

@@ -19,6 +19,9 @@ pub struct Shared {
     pub issued_at_renewal: u64,
     /// The other server's claim while `state.refused` is set (see `fleet.rs`).
     pub conflict: crate::core::fleet::Claim,
+    /// Whether that claim is a conflict only because claims may be stale here (a path that
+    /// carries them is not applying; see `core::fleet::PathWatch`).
+    pub claims_stale: bool,
     /// While `state.refused` is set because the lease worker found an object in `_snowflake` that
     /// no superuser owns (see `lease::foreign_object`): what it is and who owns it.
     pub foreign: ForeignObject,
@@ -79,6 +82,7 @@ impl Default for Shared {
             worker_pid: 0,
             issued_at_renewal: 0,
             conflict: crate::fleet::NO_CLAIM,
+            claims_stale: false,
             foreign: ForeignObject::NONE,
             recorded_epoch_ms: i64::MIN,
         }

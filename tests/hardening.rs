@@ -222,7 +222,11 @@ fn functions_carry_the_right_labels() {
     );
     // volatility (i immutable, s stable, v volatile), strict, parallel (s safe, r restricted, u unsafe)
     let want = "\
-snowflake_adopt(regclass,name) v f u
+_snowflake_adopt_lock(regclass,name) v t u
+_snowflake_adopt_switch(regclass,name,bigint[]) v t u
+_snowflake_create_partitions(regclass,timestamp with time zone,timestamp with time zone,interval) v t u
+_snowflake_drop_partitions(regclass,timestamp with time zone) v t u
+snowflake_adopt(regclass,name) v t u
 snowflake_compose(timestamp with time zone,integer,integer,integer) i t s
 snowflake_create_partitions(regclass,timestamp with time zone,timestamp with time zone,interval) v t u
 snowflake_datacenter_id(bigint) i t s

@@ -228,6 +228,39 @@ fn three_writers_with_the_readme_recipes_add_and_retire_a_node() {
         );
     }
 
+    // The claims have a path of their own: the owner of n3's table adds a trigger that raises
+    // on every replicated row, which stops n3's subscriptions for the tables, and n3 still
+    // receives the claims of n1 and n2 (refreshed every 5 s) and does not warn of them.
+    n3.sql("CREATE ROLE tabowner LOGIN; GRANT CREATE ON SCHEMA public TO tabowner; ALTER TABLE t OWNER TO tabowner");
+    n3.try_sql_as(
+        "tabowner",
+        "CREATE FUNCTION boom() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'boom'; END $$; \
+         CREATE TRIGGER boom BEFORE INSERT ON t FOR EACH ROW EXECUTE FUNCTION boom(); \
+         ALTER TABLE t ENABLE ALWAYS TRIGGER boom",
+    )
+    .unwrap();
+    let log_before = n3.log().len();
+    n1.sql(INSERT);
+    let since = n3.sql("SELECT now()");
+    assert!(
+        eventually(30, || n3.log().contains("boom")),
+        "the trigger did not stop n3's apply"
+    );
+    n3.wait_for(
+        &format!("SELECT count(*) FROM _snowflake.claims WHERE last_seen > '{since}'::timestamptz + interval '6 s' \
+                  AND system_identifier <> (SELECT system_identifier FROM pg_control_system())"),
+        "2",
+        30,
+    );
+    let log = n3.log()[log_before..].to_string();
+    assert!(
+        !log.contains("carries _snowflake.claims to this server and is not applying"),
+        "a claims path of n3 was reported broken:\n{log}"
+    );
+    n3.try_sql_as("tabowner", "DROP TRIGGER boom ON t").unwrap();
+    n3.sql("ALTER TABLE t OWNER TO postgres");
+    converge(&[&n1, &n2, &n3], 60);
+
     // A fourth node joins (writes paused): it copies the rows, then everyone writes. Its clock
     // runs 90 s ahead, and so do its IDs.
     let mut n4 = node("mesh-4", 2, 2);
@@ -249,7 +282,7 @@ fn three_writers_with_the_readme_recipes_add_and_retire_a_node() {
     );
     write_on_all(&[&n1, &n2, &n3, &n4], &bench);
     converge(&[&n1, &n2, &n3, &n4], 60);
-    assert_eq!(n4.sql("SELECT count(*) FROM t"), "6000");
+    assert_eq!(n4.sql("SELECT count(*) FROM t"), "6001");
     assert!(common::worker_sees_the_clock(&n4), "16+ only");
     let n4_max = max_of_pair(&n4, 2, 2);
     // (its IDs are dated by its clock: 90 s ahead of the others')
@@ -277,8 +310,8 @@ fn three_writers_with_the_readme_recipes_add_and_retire_a_node() {
     for c in [&n1, &n2, &n3] {
         assert_eq!(
             c.sql("SELECT count(*) FROM pg_replication_slots"),
-            "2",
-            "slots of the two remaining peers"
+            "4",
+            "slots of the two remaining peers, for their tables and for their claims"
         );
         c.wait_for(CLAIMS_SEEN, "1/1,1/2,2/1", 15);
         c.pgbench_ok(INSERT, &["-c", "1", "-t", "100"]);
@@ -474,4 +507,72 @@ fn a_claim_expires_ordinary_users_cannot_write_claims_and_restarts_are_no_confli
         );
         assert!(!refuses(&c));
     }
+}
+
+/// The fleet check fails safe when the path that carries the claims stops: claims replicated
+/// with a user table in one subscription (as a publication of the tables and the claims, or `FOR
+/// ALL TABLES`, has it), and the table's owner on the subscriber adds a trigger that raises. The
+/// subscriber's copy of the other server's claim then stops changing; it must stay a conflict,
+/// not expire (snowflake.claim_expiry = 15 s here), and the server must say why.
+#[test]
+fn a_claims_path_that_stops_applying_keeps_the_conflict() {
+    let mut a = node("path-a", 1, 5);
+    let mut b = node("path-b", 1, 5);
+    for c in [&mut a, &mut b] {
+        c.start();
+        c.sql(TABLE);
+        c.sql("CREATE ROLE tabowner LOGIN; GRANT CREATE ON SCHEMA public TO tabowner; ALTER TABLE t OWNER TO tabowner");
+    }
+    a.sql("CREATE PUBLICATION pub FOR TABLE t, _snowflake.claims");
+    b.sql(&format!(
+        "CREATE SUBSCRIPTION sub_from_a CONNECTION '{}' PUBLICATION pub WITH (copy_data = false)",
+        a.conninfo()
+    ));
+    assert!(eventually(30, || refuses(&b)), "no refusal within 30 s");
+    b.try_sql_as(
+        "tabowner",
+        "CREATE FUNCTION boom() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'boom'; END $$; \
+         CREATE TRIGGER boom BEFORE INSERT ON t FOR EACH ROW EXECUTE FUNCTION boom(); \
+         ALTER TABLE t ENABLE ALWAYS TRIGGER boom",
+    )
+    .unwrap();
+    // A issues (it cannot see B's claim: one way only), and its row stops B's apply.
+    a.sql(INSERT);
+    assert!(
+        eventually(30, || b.log().contains("boom")),
+        "B's apply did not fail"
+    );
+    // Well past the claim's expiry, B still refuses, and says why.
+    thread::sleep(Duration::from_secs(25));
+    let e = b
+        .try_sql("SELECT snowflake_nextval()")
+        .expect_err("B issued IDs on a pair whose other holder's claims stopped arriving");
+    assert!(refuses(&b));
+    assert!(e.detail.contains("not applying"), "{}", e.raw);
+    assert!(
+        b.log()
+            .contains("subscription \"sub_from_a\" carries _snowflake.claims to this server and is not applying"),
+        "{}",
+        b.log()
+    );
+
+    // The trigger goes: the path applies again, A is still live, and B still refuses, now on
+    // A's fresh claim.
+    b.try_sql_as("tabowner", "DROP TRIGGER boom ON t").unwrap();
+    assert!(
+        eventually(30, || b.log().contains("applies _snowflake.claims again")),
+        "{}",
+        b.log()
+    );
+    assert!(refuses(&b));
+    let e = b.sql_err("SELECT snowflake_nextval()");
+    assert!(!e.detail.contains("not applying"), "{}", e.raw);
+    // A stops for good: its claim expires once the path has been proven and the expiry passed
+    // (a stopped publisher breaks the path again: B needs a DBA to retire the claim then).
+    let a_sysid = sysid(&a);
+    a.stop("fast");
+    b.sql(&format!(
+        "UPDATE _snowflake.claims SET retired = true WHERE system_identifier = {a_sysid}"
+    ));
+    assert!(eventually(15, || !refuses(&b)), "B did not resume");
 }

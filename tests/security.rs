@@ -270,7 +270,9 @@ fn a_table_owners_code_never_runs_as_the_superuser_who_maintains_the_table() {
 
     // The traps are live: a superuser who plans a query on m.t with constraint_exclusion runs
     // m.trap() (proved in a transaction that is rolled back).
-    let live = c.sql("BEGIN; SET LOCAL constraint_exclusion = on; EXPLAIN SELECT * FROM m.t WHERE id = 5; SELECT rolsuper::text FROM pg_roles WHERE rolname = 'tabowner'; ROLLBACK");
+    let live = c
+        .script("BEGIN;\nSET LOCAL constraint_exclusion = on;\nEXPLAIN SELECT * FROM m.t WHERE id = 5;\nSELECT rolsuper::text FROM pg_roles WHERE rolname = 'tabowner';\nROLLBACK;")
+        .unwrap();
     assert!(live.ends_with("true"), "the trap did not run: {live}");
     assert_eq!(is_superuser(&c, "tabowner"), "f");
 
@@ -402,4 +404,107 @@ fn the_lease_worker_comes_back_however_it_is_stopped() {
     let _ = holder.wait();
     // A shutdown is not a termination to come back from: the server stops.
     c.stop("fast");
+}
+
+/// The database owner's stand-ins for what a superuser runs in their database: overloads of the
+/// helpers that an untyped literal would prefer (text over regclass) in `public`, which the
+/// owner controls, a schema named after the superuser (`"$user"` comes first on a search_path),
+/// and a `now()` there, first on the database's search_path. Each makes `appowner` a superuser
+/// when a superuser runs it.
+const RECIPE_TRAPS: &str = r#"
+    CREATE FUNCTION public.escalate() RETURNS boolean LANGUAGE plpgsql AS $$
+      BEGIN ALTER ROLE appowner SUPERUSER; RETURN true; EXCEPTION WHEN OTHERS THEN RETURN true; END $$;
+    CREATE FUNCTION public.snowflake_adopt(text) RETURNS bigint LANGUAGE sql
+      AS 'SELECT public.escalate(); SELECT 0::bigint';
+    CREATE FUNCTION public.snowflake_create_partitions(text, timestamptz, timestamptz) RETURNS SETOF regclass
+      LANGUAGE sql AS 'SELECT public.escalate(); SELECT NULL::regclass WHERE false';
+    CREATE FUNCTION public.snowflake_drop_partitions(text, timestamptz) RETURNS SETOF text
+      LANGUAGE sql AS 'SELECT public.escalate(); SELECT NULL::text WHERE false';
+    CREATE SCHEMA postgres;
+    CREATE FUNCTION postgres.snowflake_adopt(regclass) RETURNS bigint LANGUAGE sql
+      AS 'SELECT public.escalate(); SELECT 0::bigint';
+    CREATE FUNCTION postgres.now() RETURNS timestamptz LANGUAGE sql
+      AS 'SELECT public.escalate(); SELECT pg_catalog.now()';
+    GRANT USAGE ON SCHEMA postgres TO PUBLIC;
+    ALTER DATABASE app SET search_path = "$user", public, pg_catalog;
+    CREATE TABLE orders (id bigserial PRIMARY KEY, note text);
+    INSERT INTO orders (note) SELECT 'old' FROM generate_series(1, 3);
+    CREATE TABLE events (id bigint PRIMARY KEY DEFAULT public.snowflake_nextval(), payload text)
+        PARTITION BY RANGE (id);"#;
+
+fn hostile_app(name: &str) -> Cluster {
+    let mut c = Cluster::new(name, "snowflake.worker_id = 9");
+    c.start();
+    c.sql("CREATE ROLE appowner LOGIN");
+    c.sql("CREATE DATABASE app OWNER appowner");
+    c.try_sql_in("app", "CREATE EXTENSION snowflake SCHEMA public")
+        .unwrap();
+    let out = c
+        .psql_cmd_as("appowner", "app")
+        .arg("-c")
+        .arg(RECIPE_TRAPS)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    c
+}
+
+/// Runs SQL as the superuser in `app`, file-style (as a user pastes a recipe into psql).
+fn superuser_runs(c: &Cluster, sql: &str) -> String {
+    let path = c.dir.join("recipe.sql");
+    std::fs::write(&path, sql).unwrap();
+    let out = c.psql_cmd("app").arg("-f").arg(&path).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{sql}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// What a superuser runs in a database another role owns resolves only to snowflake's objects
+/// and PostgreSQL's: the README's migration recipe and its partition job, run as written.
+#[test]
+fn the_recipes_a_superuser_runs_resolve_only_to_the_extension() {
+    let c = hostile_app("recipes-hostile");
+    superuser_runs(&c, &common::readme_recipe("adopt"));
+    assert_eq!(
+        is_superuser(&c, "appowner"),
+        "f",
+        "the adopt recipe ran the owner's code"
+    );
+    assert_eq!(
+        c.try_sql_in("app", "SET search_path = pg_catalog; SELECT pg_get_expr(adbin, adrelid) FROM pg_attrdef WHERE adrelid = 'public.orders'::regclass")
+            .unwrap(),
+        "public.snowflake_nextval()"
+    );
+    // The partition job, as pg_cron would run it.
+    let job = common::readme_recipe("partitions-cron");
+    let command = job
+        .split("$$")
+        .nth(1)
+        .expect("the job's command between $$");
+    superuser_runs(&c, command);
+    assert_eq!(
+        is_superuser(&c, "appowner"),
+        "f",
+        "the partition job ran the owner's code"
+    );
+    assert_eq!(
+        c.try_sql_in("app", "SET search_path = pg_catalog; SELECT count(*) FROM public.snowflake_partitions('public.events')")
+            .unwrap(),
+        "7"
+    );
+}
+
+/// The traps above are live: the 1.4.0 README's unqualified call makes the owner a superuser.
+#[test]
+fn the_recipe_traps_catch_an_unqualified_call() {
+    let c = hostile_app("recipes-traps-live");
+    superuser_runs(&c, "SELECT snowflake_adopt('orders');");
+    assert_eq!(is_superuser(&c, "appowner"), "t");
 }

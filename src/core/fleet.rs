@@ -53,9 +53,12 @@ fn others_on_our_pair(
 }
 
 /// Another server's live claim on our pair, if any: the most recently seen one.
+#[allow(clippy::too_many_arguments)] // the claim's whole context: who we are and when
 ///
 /// `now_unix_ms` is our clock; the claim's time is its server's clock, so clock skew between
-/// the two shortens or lengthens the expiry by that much.
+/// the two shortens or lengthens the expiry by that much. While `claims_may_be_stale` (a path
+/// that carries the claims here is not applying, see `PathWatch`), a claim that stopped changing
+/// cannot be told from a server that left: no claim expires then.
 pub fn conflict(
     me: i64,
     my_token: i64,
@@ -64,10 +67,14 @@ pub fn conflict(
     claims: &[Claim],
     now_unix_ms: i64,
     expiry_ms: u64,
+    claims_may_be_stale: bool,
 ) -> Option<Claim> {
     others_on_our_pair(me, my_token, datacenter, worker, claims)
         .filter(|c| !c.retired)
-        .filter(|c| now_unix_ms.saturating_sub(c.last_seen_unix_ms) < expiry_ms as i64)
+        .filter(|c| {
+            claims_may_be_stale
+                || now_unix_ms.saturating_sub(c.last_seen_unix_ms) < expiry_ms as i64
+        })
         .max_by_key(|c| c.last_seen_unix_ms)
         .copied()
 }
@@ -85,6 +92,150 @@ pub fn handover_floor(
         .map(|c| c.lease_id)
         .filter(|&id| id > 0)
         .max()
+}
+
+/// One subscription that carries `_snowflake.claims` to this server, as the lease worker reads
+/// it at a refresh (`pg_subscription`, `pg_stat_subscription`, `pg_stat_subscription_stats`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PathReading {
+    pub subscription: String,
+    pub enabled: bool,
+    /// The pid of its apply worker, if one runs.
+    pub apply_pid: Option<i32>,
+    /// How long ago its apply worker last received a message, by this server's clock.
+    pub silent_ms: Option<u64>,
+    /// Apply errors counted so far (PostgreSQL 15 and later; `None` on 14).
+    pub errors: Option<i64>,
+}
+
+/// A path that stopped carrying claims, or started again.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PathEvent {
+    Broke { subscription: String, why: String },
+    Recovered { subscription: String },
+}
+
+#[derive(Clone, Debug)]
+struct Path {
+    last: PathReading,
+    /// The last apply worker seen, kept across readings that saw none.
+    last_pid: Option<i32>,
+    /// Readings in a row that showed no apply worker at work on it.
+    bad: u32,
+    broken: bool,
+    /// When it was first seen applying after its last bad reading (monotonic ms).
+    healthy_since: Option<u64>,
+}
+
+/// Watches the paths (subscriptions) that bring other servers' claims here.
+///
+/// A peer's claim changes every `REFRESH_MS` while the peer runs. If a claim stops changing here,
+/// either its server left or the path that carries it stopped: a subscription disabled, its apply
+/// worker failing and restarting (a trigger that raises, a conflict), or stalled (a lock it
+/// waits for, a publisher it cannot reach). Expiry is right only in the first case. So a claim
+/// expires only while every path has been seen applying for `MIN_EXPIRY_MS`, long enough to have
+/// brought a live peer's next refresh: from the worker's start, and again after any bad reading.
+/// A path is bad at a reading when it is disabled, its apply worker counted new errors, no apply
+/// worker runs or a new one replaced it, or it received nothing for `MIN_EXPIRY_MS` (a live peer
+/// sends a change every `REFRESH_MS`). It is *broken* (worth a WARNING) when disabled, failing,
+/// or bad at two readings in a row: an apply worker that is starting is bad for one reading only.
+#[derive(Clone, Debug, Default)]
+pub struct PathWatch {
+    paths: Vec<Path>,
+}
+
+impl PathWatch {
+    /// Takes this refresh's readings at `now_ms` (a monotonic clock); returns what changed.
+    pub fn observe(&mut self, now_ms: u64, readings: Vec<PathReading>) -> Vec<PathEvent> {
+        let mut events = Vec::new();
+        let mut next = Vec::with_capacity(readings.len());
+        for r in readings {
+            let prev = self
+                .paths
+                .iter()
+                .find(|p| p.last.subscription == r.subscription);
+            let new_errors = match (prev.and_then(|p| p.last.errors), r.errors) {
+                (Some(before), Some(now)) => now > before,
+                _ => false,
+            };
+            let last_pid = prev.and_then(|p| p.last_pid);
+            let replaced = match (last_pid, r.apply_pid) {
+                (Some(before), Some(now)) => before != now,
+                _ => false,
+            };
+            let silent = r.silent_ms.is_none_or(|ms| ms >= MIN_EXPIRY_MS);
+            let why = if !r.enabled {
+                Some("it is disabled".to_string())
+            } else if new_errors {
+                Some(format!(
+                    "its apply worker failed ({} errors so far)",
+                    r.errors.unwrap_or(0)
+                ))
+            } else if r.apply_pid.is_none() {
+                Some("no apply worker runs for it".to_string())
+            } else if replaced {
+                Some("its apply worker was replaced (it failed or was restarted)".to_string())
+            } else if silent {
+                Some(match r.silent_ms {
+                    Some(ms) => format!("it has received nothing for {} s", ms / 1000),
+                    None => "it has received nothing yet".to_string(),
+                })
+            } else {
+                None
+            };
+            let bad = if why.is_some() {
+                prev.map_or(1, |p| p.bad + 1)
+            } else {
+                0
+            };
+            let was_broken = prev.is_some_and(|p| p.broken);
+            let broken = !r.enabled || new_errors || bad >= 2 || (was_broken && bad > 0);
+            match (was_broken, broken) {
+                (false, true) => events.push(PathEvent::Broke {
+                    subscription: r.subscription.clone(),
+                    why: why.unwrap_or_default(),
+                }),
+                (true, false) => events.push(PathEvent::Recovered {
+                    subscription: r.subscription.clone(),
+                }),
+                _ => {}
+            }
+            let healthy_since = if bad > 0 {
+                None
+            } else {
+                Some(prev.and_then(|p| p.healthy_since).unwrap_or(now_ms))
+            };
+            next.push(Path {
+                last_pid: r.apply_pid.or(last_pid),
+                last: r,
+                bad,
+                broken,
+                healthy_since,
+            });
+        }
+        self.paths = next;
+        events
+    }
+
+    /// Whether a claim that stopped changing here may belong to a server that still runs.
+    pub fn claims_may_be_stale(&self, now_ms: u64) -> bool {
+        self.paths.iter().any(|p| {
+            p.healthy_since
+                .is_none_or(|since| now_ms.saturating_sub(since) < MIN_EXPIRY_MS)
+        })
+    }
+
+    /// The subscriptions whose claims may be stale now, for messages.
+    pub fn unproven(&self, now_ms: u64) -> Vec<&str> {
+        self.paths
+            .iter()
+            .filter(|p| {
+                p.healthy_since
+                    .is_none_or(|since| now_ms.saturating_sub(since) < MIN_EXPIRY_MS)
+            })
+            .map(|p| p.last.subscription.as_str())
+            .collect()
+    }
 }
 
 #[cfg(test)]
@@ -111,7 +262,10 @@ mod tests {
     fn own_claims_never_conflict() {
         // A restart, a crash, or a promoted standby: the same system identifier.
         let claims = [claim(42, 1, 5, NOW), claim(42, 1, 5, NOW - 1)];
-        assert_eq!(conflict(42, 42_000, 1, 5, &claims, NOW, EXPIRY), None);
+        assert_eq!(
+            conflict(42, 42_000, 1, 5, &claims, NOW, EXPIRY, false),
+            None
+        );
     }
 
     #[test]
@@ -123,7 +277,7 @@ mod tests {
             lease_id: 1,
             ..claim(7, 1, 5, NOW - 1_000)
         };
-        assert_eq!(conflict(42, 42_000, 1, 5, &[old], NOW, EXPIRY), None);
+        assert_eq!(conflict(42, 42_000, 1, 5, &[old], NOW, EXPIRY, false), None);
         assert_eq!(
             handover_floor(42, 42_000, 1, 5, &[old]),
             None,
@@ -139,14 +293,17 @@ mod tests {
             })
             .filter(|c| (c.datacenter, c.worker) != (1, 5))
             .collect();
-        assert_eq!(conflict(42, 42_000, 1, 5, &claims, NOW, EXPIRY), None);
+        assert_eq!(
+            conflict(42, 42_000, 1, 5, &claims, NOW, EXPIRY, false),
+            None
+        );
     }
 
     #[test]
     fn a_live_claim_on_our_pair_from_another_server_conflicts() {
         let claims = [claim(7, 1, 5, NOW - 10_000), claim(8, 1, 5, NOW - 2_000)];
         assert_eq!(
-            conflict(42, 42_000, 1, 5, &claims, NOW, EXPIRY),
+            conflict(42, 42_000, 1, 5, &claims, NOW, EXPIRY, false),
             Some(claim(8, 1, 5, NOW - 2_000)),
             "the most recently seen one"
         );
@@ -155,11 +312,14 @@ mod tests {
     #[test]
     fn a_claim_expires_after_the_expiry() {
         let claims = [claim(7, 1, 5, NOW - 60_000)];
-        assert_eq!(conflict(42, 42_000, 1, 5, &claims, NOW, EXPIRY), None);
-        assert!(conflict(42, 42_000, 1, 5, &claims, NOW - 1, EXPIRY).is_some());
+        assert_eq!(
+            conflict(42, 42_000, 1, 5, &claims, NOW, EXPIRY, false),
+            None
+        );
+        assert!(conflict(42, 42_000, 1, 5, &claims, NOW - 1, EXPIRY, false).is_some());
         // A peer whose clock runs ahead looks fresh for longer, never the other way round.
         let ahead = [claim(7, 1, 5, NOW + 5_000)];
-        assert!(conflict(42, 42_000, 1, 5, &ahead, NOW, EXPIRY).is_some());
+        assert!(conflict(42, 42_000, 1, 5, &ahead, NOW, EXPIRY, false).is_some());
     }
 
     /// A peer that refreshes every REFRESH_MS but misses up to two refreshes in a row (a slow
@@ -172,7 +332,7 @@ mod tests {
             for now in (last_refresh..next_refresh).step_by(7) {
                 let claims = [claim(7, 1, 5, last_refresh)];
                 assert!(
-                    conflict(42, 42_000, 1, 5, &claims, now, MIN_EXPIRY_MS).is_some(),
+                    conflict(42, 42_000, 1, 5, &claims, now, MIN_EXPIRY_MS, false).is_some(),
                     "a peer that missed {missed} refreshes looked expired {} ms after its last",
                     now - last_refresh
                 );
@@ -200,7 +360,10 @@ mod tests {
             ..claim(42, 1, 5, NOW)
         };
         let claims = [tombstone, expired, other_pair, mine];
-        assert_eq!(conflict(42, 42_000, 1, 5, &claims, NOW, EXPIRY), None);
+        assert_eq!(
+            conflict(42, 42_000, 1, 5, &claims, NOW, EXPIRY, false),
+            None
+        );
         assert_eq!(handover_floor(42, 42_000, 1, 5, &claims), Some(9_000_000));
         assert_eq!(handover_floor(42, 42_000, 2, 5, &claims), None);
         // A live claim is both: a conflict now, and a floor once it is gone.
@@ -208,7 +371,7 @@ mod tests {
             lease_id: 12_000_000,
             ..claim(10, 1, 5, NOW)
         };
-        assert!(conflict(42, 42_000, 1, 5, &[live], NOW, EXPIRY).is_some());
+        assert!(conflict(42, 42_000, 1, 5, &[live], NOW, EXPIRY, false).is_some());
         assert_eq!(
             handover_floor(42, 42_000, 1, 5, &[live, tombstone]),
             Some(12_000_000)
@@ -226,7 +389,7 @@ mod tests {
             expiry in 15_000u64..120_000,
         ) {
             let claims: Vec<Claim> = rows.iter().map(|&(s, d, w, age)| claim(s, d, w, NOW - age)).collect();
-            let got = conflict(me, me * 1000, 1, 1, &claims, NOW, expiry);
+            let got = conflict(me, me * 1000, 1, 1, &claims, NOW, expiry, false);
             let expected_any = claims.iter().any(|c| c.system_identifier != me
                 && (c.datacenter, c.worker) == (1, 1)
                 && NOW - c.last_seen_unix_ms < expiry as i64);
@@ -234,6 +397,192 @@ mod tests {
             if let Some(c) = got {
                 prop_assert!(c.system_identifier != me);
                 prop_assert_eq!((c.datacenter, c.worker), (1, 1));
+            }
+        }
+    }
+
+    fn reading(pid: Option<i32>, silent_ms: Option<u64>, errors: Option<i64>) -> PathReading {
+        PathReading {
+            subscription: "claims_from_b".into(),
+            enabled: true,
+            apply_pid: pid,
+            silent_ms,
+            errors,
+        }
+    }
+
+    #[test]
+    fn a_path_that_applies_proves_itself_after_the_smallest_expiry() {
+        let mut w = PathWatch::default();
+        assert!(!w.claims_may_be_stale(0), "no path: nothing can be stale");
+        // The apply worker is starting at the first reading: bad once, not broken.
+        assert_eq!(w.observe(0, vec![reading(None, None, Some(0))]), vec![]);
+        assert!(w.claims_may_be_stale(0));
+        let mut t = REFRESH_MS;
+        assert_eq!(
+            w.observe(t, vec![reading(Some(7), Some(100), Some(0))]),
+            vec![]
+        );
+        let first_good = t;
+        while t < first_good + MIN_EXPIRY_MS {
+            assert!(
+                w.claims_may_be_stale(t),
+                "stale {} ms after the first good reading",
+                t - first_good
+            );
+            t += REFRESH_MS;
+            w.observe(t, vec![reading(Some(7), Some(1_000), Some(0))]);
+        }
+        assert!(!w.claims_may_be_stale(t));
+    }
+
+    #[test]
+    fn a_failing_apply_worker_breaks_the_path_until_it_has_applied_again_for_the_expiry() {
+        let mut w = PathWatch::default();
+        for t in 0..5 {
+            w.observe(t * REFRESH_MS, vec![reading(Some(7), Some(500), Some(0))]);
+        }
+        let mut t = 5 * REFRESH_MS;
+        assert!(!w.claims_may_be_stale(t));
+        // A trigger that raises: the worker fails, the launcher starts another every 5 s.
+        let events = w.observe(t, vec![reading(Some(8), Some(500), Some(1))]);
+        assert!(
+            matches!(&events[..], [PathEvent::Broke { why, .. }] if why.contains("failed")),
+            "{events:?}"
+        );
+        assert!(w.claims_may_be_stale(t));
+        for pid in [None, Some(9), None, Some(10)] {
+            t += REFRESH_MS;
+            assert_eq!(
+                w.observe(t, vec![reading(pid, Some(500), Some(1))]),
+                vec![],
+                "broken once, told once"
+            );
+            assert!(w.claims_may_be_stale(t));
+        }
+        // Fixed: the worker stays.
+        t += REFRESH_MS;
+        let events = w.observe(t, vec![reading(Some(11), Some(200), Some(1))]);
+        assert_eq!(events, vec![], "a new worker is still a replaced one");
+        t += REFRESH_MS;
+        let events = w.observe(t, vec![reading(Some(11), Some(200), Some(1))]);
+        assert_eq!(
+            events,
+            vec![PathEvent::Recovered {
+                subscription: "claims_from_b".into()
+            }]
+        );
+        let healthy = t;
+        while t < healthy + MIN_EXPIRY_MS {
+            assert!(w.claims_may_be_stale(t));
+            t += REFRESH_MS;
+            w.observe(t, vec![reading(Some(11), Some(200), Some(1))]);
+        }
+        assert!(!w.claims_may_be_stale(t));
+    }
+
+    #[test]
+    fn disabled_or_stalled_paths_break() {
+        let mut w = PathWatch::default();
+        w.observe(0, vec![reading(Some(7), Some(10), None)]);
+        let off = PathReading {
+            enabled: false,
+            apply_pid: None,
+            ..reading(None, None, None)
+        };
+        let events = w.observe(REFRESH_MS, vec![off]);
+        assert!(
+            matches!(&events[..], [PathEvent::Broke { why, .. }] if why.contains("disabled")),
+            "{events:?}"
+        );
+
+        // Waiting for a lock the table's owner holds: the same worker, receiving nothing.
+        let mut w = PathWatch::default();
+        w.observe(0, vec![reading(Some(7), Some(10), None)]);
+        assert_eq!(
+            w.observe(
+                REFRESH_MS,
+                vec![reading(Some(7), Some(MIN_EXPIRY_MS), None)]
+            ),
+            vec![]
+        );
+        let events = w.observe(
+            2 * REFRESH_MS,
+            vec![reading(Some(7), Some(MIN_EXPIRY_MS + REFRESH_MS), None)],
+        );
+        assert!(
+            matches!(&events[..], [PathEvent::Broke { why, .. }] if why.contains("received nothing for 20 s")),
+            "{events:?}"
+        );
+    }
+
+    #[test]
+    fn while_claims_may_be_stale_no_claim_expires() {
+        let old = claim(7, 1, 5, NOW - 10 * EXPIRY as i64);
+        assert_eq!(conflict(42, 42_000, 1, 5, &[old], NOW, EXPIRY, false), None);
+        assert_eq!(
+            conflict(42, 42_000, 1, 5, &[old], NOW, EXPIRY, true),
+            Some(old)
+        );
+        let retired = Claim {
+            retired: true,
+            ..old
+        };
+        assert_eq!(
+            conflict(42, 42_000, 1, 5, &[retired], NOW, EXPIRY, true),
+            None
+        );
+        let other_pair = claim(8, 1, 6, NOW - 10 * EXPIRY as i64);
+        assert_eq!(
+            conflict(42, 42_000, 1, 5, &[other_pair], NOW, EXPIRY, true),
+            None
+        );
+    }
+
+    proptest! {
+        /// Safety: after any bad reading of any path, claims stay "may be stale" for at least
+        /// the smallest expiry, whatever follows. Liveness: a path whose every reading for that
+        /// long was good no longer holds claims back.
+        #[test]
+        fn a_bad_reading_holds_expiry_back_for_the_smallest_expiry(
+            kinds in proptest::collection::vec(0u8..6, 1..40),
+        ) {
+            let mut w = PathWatch::default();
+            let mut last_bad: Option<u64> = None;
+            let mut first_good_after_bad: Option<u64> = None;
+            let mut pid = 100;
+            for (i, k) in kinds.iter().enumerate() {
+                let t = i as u64 * REFRESH_MS;
+                let (r, bad) = match k {
+                    0 => (reading(None, None, Some(0)), true),
+                    1 => { pid += 1; (reading(Some(pid), Some(10), Some(0)), i > 0) }
+                    2 => (reading(Some(pid), Some(MIN_EXPIRY_MS * 2), Some(0)), true),
+                    3 => (PathReading { enabled: false, ..reading(Some(pid), Some(10), Some(0)) }, true),
+                    _ => (reading(Some(pid), Some(10), Some(0)), false),
+                };
+                // A new pid counts as bad only if a worker was seen before (k == 1 above is an
+                // approximation: treat every new pid after the first reading as bad).
+                w.observe(t, vec![r]);
+                if bad {
+                    last_bad = Some(t);
+                    first_good_after_bad = None;
+                } else if first_good_after_bad.is_none() {
+                    first_good_after_bad = Some(t);
+                }
+                let stale = w.claims_may_be_stale(t);
+                if let Some(b) = last_bad {
+                    if t < b + MIN_EXPIRY_MS {
+                        prop_assert!(stale, "a bad reading at {b} ms and not stale at {t} ms");
+                    }
+                }
+                if i == 0 && !bad {
+                    prop_assert!(stale, "a path never seen applying for the expiry");
+                }
+                if let Some(g) = first_good_after_bad {
+                    if t >= g + MIN_EXPIRY_MS && (last_bad.is_none() || g > last_bad.unwrap()) {
+                        prop_assert!(!stale, "good since {g} ms and still stale at {t} ms");
+                    }
+                }
             }
         }
     }

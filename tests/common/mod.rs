@@ -655,16 +655,21 @@ pub fn readme_recipe(name: &str) -> String {
         .split_once(&marker)
         .unwrap_or_else(|| panic!("README.md has no {marker}"))
         .1;
-    // The next fenced block, whatever its language (sh, sql).
-    let body = after
-        .split_once("```")
-        .and_then(|(_, rest)| rest.split_once('\n'))
-        .expect("a fenced block after the marker")
-        .1;
-    body.split_once("\n```")
-        .expect("the block ends")
-        .0
-        .to_string()
+    // The next fenced block, whatever its language (sh, sql), indented or not (inside a list).
+    let mut lines = after
+        .lines()
+        .skip_while(|l| !l.trim_start().starts_with("```"));
+    let fence = lines.next().expect("a fenced block after the marker");
+    let indent = &fence[..fence.len() - fence.trim_start().len()];
+    let close = format!("{indent}```");
+    let mut body = Vec::new();
+    for line in lines {
+        if line == close {
+            return body.join("\n");
+        }
+        body.push(line.strip_prefix(indent).unwrap_or(line));
+    }
+    panic!("the block of recipe {name} does not end")
 }
 
 /// Polls `check` every 200 ms until it holds, for at most `secs` seconds; false if it never did.
