@@ -12,7 +12,8 @@ PGRX_VERSION=0.18.1
 
 sudo_() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
 
-packages=(libclang-dev clang sudo libfaketime valgrind make python3)
+# dpkg-dev: dpkg-shlibdeps, for the package's dependencies (scripts/package.sh).
+packages=(libclang-dev clang sudo libfaketime valgrind make python3 dpkg-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -18,6 +18,8 @@ cargo pgrx package --pg-config "$PG_CONFIG" --no-default-features --features "pg
 tree=target/release/snowflake-pg$PG_MAJOR
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
+# mktemp makes its directory 0700; the package's root entry is what dpkg gives `/`.
+chmod 755 "$stage"
 libdir=$stage/usr/lib/postgresql/$PG_MAJOR/lib
 extdir=$stage/usr/share/postgresql/$PG_MAJOR/extension
 mkdir -p "$libdir" "$extdir"
@@ -26,13 +28,19 @@ install -m 644 "$tree$("$PG_CONFIG" --sharedir)"/extension/snowflake* "$extdir/"
 install -m 644 sql/snowflake--*.sql "$extdir/"
 mkdir -p "$stage/usr/share/doc/$NAME"
 install -m 644 README.md "$stage/usr/share/doc/$NAME/"
+# The library's own needs (a glibc at least as new as the one it was linked against, libgcc),
+# computed by dpkg-shlibdeps from its symbols, beside the server it loads into.
+shlibs=$(cd "$stage" && mkdir -p debian && printf 'Source: %s\n\nPackage: %s\nArchitecture: any\n' "$NAME" "$NAME" > debian/control &&
+  dpkg-shlibdeps -O -e "usr/lib/postgresql/$PG_MAJOR/lib/snowflake.so" 2>/dev/null | sed -n 's/^shlibs:Depends=//p')
+rm -rf "$stage/debian"
+[ -n "$shlibs" ] || { echo "package: dpkg-shlibdeps found no dependencies for snowflake.so" >&2; exit 1; }
 mkdir -p "$stage/DEBIAN"
 cat > "$stage/DEBIAN/control" <<CONTROL
 Package: $NAME
 Version: $VERSION
 Architecture: $ARCH
 Maintainer: snowflake developers <snowflake@localhost>
-Depends: postgresql-$PG_MAJOR, libc6
+Depends: postgresql-$PG_MAJOR, $shlibs
 Section: database
 Priority: optional
 Description: Twitter-style 64-bit Snowflake IDs for PostgreSQL $PG_MAJOR

@@ -144,9 +144,37 @@ $fn$;
 COMMENT ON FUNCTION snowflake_drop_partitions(regclass, timestamptz) IS
   'Drop the partitions of a snowflake-keyed table whose whole ID range lies before older_than; returns their names';
 
--- snowflake_node() reports this server's system identifier and a conflicting claim. Its result
--- type changes, so it is dropped and created again (nothing can depend on a function's row type).
-DROP FUNCTION snowflake_node();
+-- snowflake_node() reports this server's system identifier and a conflicting claim: its result
+-- type changes. A view or a function made on the 1.1.0 one depends on it (by OID), and would stop
+-- the update: such a function is kept for them, renamed snowflake_node_1_1(), bound to the
+-- library's 1.1.0 columns, and left outside the extension (a WARNING names its dependents).
+-- Without dependents it is simply replaced. (Changed in 1.5.0: this script used to drop it,
+-- which failed with a dependent view.)
+DO $keep$
+DECLARE
+    dependents text;
+BEGIN
+    SELECT pg_catalog.string_agg(pg_catalog.pg_describe_object(d.classid, d.objid, d.objsubid), ', ')
+      INTO dependents
+      FROM pg_catalog.pg_depend d
+     WHERE d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_proc'::pg_catalog.regclass
+       AND d.refobjid OPERATOR(pg_catalog.=) '@extschema@.snowflake_node()'::pg_catalog.regprocedure
+       AND d.deptype OPERATOR(pg_catalog.=) 'n';
+    IF dependents IS NULL THEN
+        DROP FUNCTION @extschema@.snowflake_node();
+    ELSE
+        ALTER FUNCTION @extschema@.snowflake_node() RENAME TO snowflake_node_1_1;
+        CREATE OR REPLACE FUNCTION @extschema@.snowflake_node_1_1() RETURNS TABLE (
+            datacenter_id int, worker_id int, epoch timestamptz, max_clock_drift_ms bigint,
+            last_timestamp timestamptz, lead_ms bigint, lease_until timestamptz, lease_worker_pid int)
+        STRICT VOLATILE PARALLEL SAFE LANGUAGE c AS 'MODULE_PATHNAME', 'snowflake_node_1_1_wrapper';
+        ALTER EXTENSION snowflake DROP FUNCTION @extschema@.snowflake_node_1_1();
+        RAISE WARNING 'snowflake_node() of 1.1.0 is kept as snowflake_node_1_1() for %', dependents
+            USING DETAIL = 'snowflake_node() has more columns from 1.2.0 on; these objects keep the columns they were made with.',
+                  HINT = 'Recreate them on snowflake_node() when convenient, then drop snowflake_node_1_1().';
+    END IF;
+END
+$keep$;
 CREATE  FUNCTION "snowflake_node"() RETURNS TABLE (
 	"datacenter_id" INT,  /* i32 */
 	"worker_id" INT,  /* i32 */

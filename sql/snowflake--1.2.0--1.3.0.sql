@@ -5,9 +5,34 @@
 -- Frozen once released; the upgrade test checks that an upgraded install equals a fresh one.
 \echo Use "ALTER EXTENSION snowflake UPDATE TO '1.3.0'" to load this file. \quit
 
--- Its result type changes, so it is dropped and created again (nothing can depend on a
--- function's row type).
-DROP FUNCTION snowflake_stats();
+-- snowflake_stats()'s result type changes. As snowflake_node() in the 1.1.0 -> 1.2.0 script: a
+-- function that views or functions depend on is kept for them as snowflake_stats_1_2(), with
+-- the columns of 1.2.0, outside the extension. (Changed in 1.5.0: this script used to drop it.)
+DO $keep$
+DECLARE
+    dependents text;
+BEGIN
+    SELECT pg_catalog.string_agg(pg_catalog.pg_describe_object(d.classid, d.objid, d.objsubid), ', ')
+      INTO dependents
+      FROM pg_catalog.pg_depend d
+     WHERE d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_proc'::pg_catalog.regclass
+       AND d.refobjid OPERATOR(pg_catalog.=) '@extschema@.snowflake_stats()'::pg_catalog.regprocedure
+       AND d.deptype OPERATOR(pg_catalog.=) 'n';
+    IF dependents IS NULL THEN
+        DROP FUNCTION @extschema@.snowflake_stats();
+    ELSE
+        ALTER FUNCTION @extschema@.snowflake_stats() RENAME TO snowflake_stats_1_2;
+        CREATE OR REPLACE FUNCTION @extschema@.snowflake_stats_1_2() RETURNS TABLE (
+            ids_issued bigint, borrowed_ms bigint, clock_back_events bigint,
+            largest_clock_back_ms bigint, waits bigint, errors bigint)
+        STRICT VOLATILE PARALLEL SAFE LANGUAGE c AS 'MODULE_PATHNAME', 'snowflake_stats_1_2_wrapper';
+        ALTER EXTENSION snowflake DROP FUNCTION @extschema@.snowflake_stats_1_2();
+        RAISE WARNING 'snowflake_stats() of 1.2.0 is kept as snowflake_stats_1_2() for %', dependents
+            USING DETAIL = 'snowflake_stats() has more columns from 1.3.0 on; these objects keep the columns they were made with.',
+                  HINT = 'Recreate them on snowflake_stats() when convenient, then drop snowflake_stats_1_2().';
+    END IF;
+END
+$keep$;
 CREATE  FUNCTION "snowflake_stats"() RETURNS TABLE (
 	"ids_issued" bigint,  /* i64 */
 	"borrowed_ms" bigint,  /* i64 */

@@ -205,7 +205,7 @@ pub fn node_claimed(
             "The server with system identifier {other_system_identifier} claimed them, last seen at {other_last_seen}; two servers with one pair generate the same IDs, so this server generates none until that claim is gone.{stale}"
         )),
         Some(&format!(
-            "Give one of the two servers another snowflake.worker_id (or datacenter_id) and restart it. If the other server no longer runs, its claim expires {expiry_s} s after it was last seen, or retire it now (it stays as the floor for this pair): UPDATE _snowflake.claims SET retired = true WHERE system_identifier = {other_system_identifier}."
+            "Give one of the two servers another snowflake.worker_id (or datacenter_id) and restart it. If the other server no longer runs, its claim expires once this server has seen it unchanged for {expiry_s} s, or retire it now (it stays as the floor for this pair): UPDATE _snowflake.claims SET retired = true WHERE system_identifier = {other_system_identifier}."
         )),
     )
 }

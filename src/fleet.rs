@@ -8,9 +8,9 @@
 //! role may own, so each names its functions and operators with their schema (see `lease.rs`).
 
 use crate::config;
-use crate::core::fleet::{conflict, Claim, PathEvent, PathReading, PathWatch};
+use crate::core::fleet::{conflict, Claim, Liveness, PathEvent, PathReading, PathWatch};
 use crate::core::layout::{assemble, Node, MAX_SEQUENCE, MAX_TIMESTAMP};
-use crate::core::time::{pg_timestamp_to_unix_ms, unix_ms_to_pg_timestamp, Clock, SystemClock};
+use crate::core::time::{pg_timestamp_to_unix_ms, unix_ms_to_pg_timestamp};
 use crate::errors;
 use crate::shmem::GENERATOR;
 use pgrx::bgworkers::BackgroundWorker;
@@ -46,7 +46,8 @@ fn read_claims() -> Vec<Claim> {
     Spi::connect(|client| {
         client
             .select(
-                "SELECT system_identifier, node_token, datacenter_id, worker_id, last_seen, lease_id, retired
+                "SELECT system_identifier, xmin::pg_catalog.text::pg_catalog.int8, datacenter_id, worker_id,
+                        last_seen, lease_id, retired
                    FROM _snowflake.claims",
                 None,
                 &[],
@@ -56,7 +57,7 @@ fn read_claims() -> Vec<Claim> {
                 let seen = row.get::<TimestampWithTimeZone>(5).ok().flatten();
                 Claim {
                     system_identifier: row.get::<i64>(1).ok().flatten().unwrap_or(0),
-                    node_token: row.get::<i64>(2).ok().flatten().unwrap_or(0),
+                    version: row.get::<i64>(2).ok().flatten().unwrap_or(0),
                     datacenter: row.get::<i32>(3).ok().flatten().unwrap_or(-1) as u32,
                     worker: row.get::<i32>(4).ok().flatten().unwrap_or(-1) as u32,
                     // -infinity (or NULL) is long expired; +infinity never expires.
@@ -78,7 +79,6 @@ pub fn handover_floor(node: Node) -> Option<i64> {
     let claims = read_claims();
     crate::core::fleet::handover_floor(
         system_identifier(),
-        node_token(),
         node.datacenter(),
         node.worker(),
         &claims,
@@ -173,22 +173,26 @@ fn read_paths() -> Vec<PathReading> {
 
 /// Writes this server's claim, reads the others' on its pair, and sets or clears the refusal.
 /// `seen` is the conflict of the previous refresh, so that the start and the end of a conflict
-/// are logged once each; `paths` watches the subscriptions that bring the claims here, and
-/// `now_ms` is the worker's monotonic clock.
-pub fn refresh(seen: Option<Claim>, paths: &mut PathWatch, now_ms: u64) -> Option<Claim> {
+/// are logged once each; `paths` watches the subscriptions that bring the claims here,
+/// `liveness` when each claim last changed here, and `now_ms` is the worker's monotonic clock.
+pub fn refresh(
+    seen: Option<Claim>,
+    paths: &mut PathWatch,
+    liveness: &mut Liveness,
+    now_ms: u64,
+) -> Option<Claim> {
     let me = system_identifier();
     let node = config::node();
     let (dc, w) = (node.datacenter(), node.worker());
-    let (token, claims, readings) = BackgroundWorker::transaction(|| {
+    let (claims, readings) = BackgroundWorker::transaction(|| {
         Spi::run("SET LOCAL synchronous_commit = off").expect("set synchronous_commit");
         let token = node_token();
         // Delete and insert rather than update: a peer that subscribed after our row was made
-        // (copy_data = false) has no row to update, and would never learn of us. Our earlier
-        // incarnations' claims (before a pg_upgrade) go too, on every peer.
+        // (copy_data = false) has no row to update, and would never learn of us. Only our own
+        // row: a claim of another system identifier is another server's, whatever its token.
         Spi::run_with_args(
-            "DELETE FROM _snowflake.claims
-              WHERE system_identifier OPERATOR(pg_catalog.=) $1 OR node_token OPERATOR(pg_catalog.=) $2",
-            &[me.into(), token.into()],
+            "DELETE FROM _snowflake.claims WHERE system_identifier OPERATOR(pg_catalog.=) $1",
+            &[me.into()],
         )
         .expect("remove this server's old claim");
         Spi::run_with_args(
@@ -204,7 +208,7 @@ pub fn refresh(seen: Option<Claim>, paths: &mut PathWatch, now_ms: u64) -> Optio
             ],
         )
         .expect("write this server's claim");
-        (token, read_claims(), read_paths())
+        (read_claims(), read_paths())
     });
     for event in paths.observe(now_ms, readings) {
         match event {
@@ -217,12 +221,12 @@ pub fn refresh(seen: Option<Claim>, paths: &mut PathWatch, now_ms: u64) -> Optio
             ),
         }
     }
+    liveness.observe(now_ms, &claims);
     let stale = paths.claims_may_be_stale(now_ms);
     let expiry = config::claim_expiry_ms();
-    let now = SystemClock.now_unix_ms();
-    let found = conflict(me, token, dc, w, &claims, now, expiry, stale);
-    let only_because_stale =
-        found.is_some() && conflict(me, token, dc, w, &claims, now, expiry, false).is_none();
+    let live = |c: &Claim| liveness.live(c, now_ms, expiry);
+    let found = conflict(me, dc, w, &claims, |c| stale || live(c));
+    let only_because_stale = found.is_some() && conflict(me, dc, w, &claims, live).is_none();
     {
         let mut g = GENERATOR.exclusive();
         g.state.refused = found.is_some();
@@ -245,7 +249,7 @@ pub fn refresh(seen: Option<Claim>, paths: &mut PathWatch, now_ms: u64) -> Optio
 /// What `Shared::conflict` holds while there is none.
 pub const NO_CLAIM: Claim = Claim {
     system_identifier: 0,
-    node_token: 0,
+    version: 0,
     datacenter: 0,
     worker: 0,
     last_seen_unix_ms: 0,

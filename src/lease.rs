@@ -22,7 +22,7 @@
 
 use crate::config;
 use crate::core::fleet::REFRESH_MS;
-use crate::core::lease::{forward_jump, renewal, restored_floor};
+use crate::core::lease::{forward_jump, raised_mark, renewal, restored_floor};
 use crate::core::time::{Clock, SystemClock};
 use crate::shmem::{ForeignObject, GENERATOR};
 use pgrx::bgworkers::{BackgroundWorker, BackgroundWorkerBuilder, BgWorkerStartTime};
@@ -323,7 +323,7 @@ fn missing_objects_ddl(token: i64) -> Vec<String> {
     sequence(
         "node_token",
         format!("CREATE SEQUENCE {SCHEMA}.node_token AS bigint MINVALUE 1 START {token}"),
-        format!("COMMENT ON SEQUENCE {SCHEMA}.node_token IS 'snowflake: this server''s node token (see {SCHEMA}.claims). Do not copy it to another server.'"),
+        format!("COMMENT ON SEQUENCE {SCHEMA}.node_token IS 'snowflake: a random number naming this installation in {SCHEMA}.claims (informative: a server is known by its system identifier)'"),
     );
     if !relation("claims") {
         ddl.push(crate::fleet::CLAIMS_DDL.into());
@@ -362,14 +362,19 @@ fn create_and_read_mark() -> (i64, Option<i64>) {
         if let Some((what, owner)) = foreign_object() {
             error!("snowflake lease worker: {what} was made by role \"{owner}\" while the worker started");
         }
-        let mark = Spi::get_one::<i64>(&format!("SELECT last_value FROM {SCHEMA}.lease_ms"))
-            .expect("read the lease sequence")
-            .unwrap_or(0);
-        let epoch = Spi::get_one::<i64>(&format!("SELECT last_value FROM {SCHEMA}.epoch_ms"))
-            .expect("read the epoch sequence")
-            .filter(|&e| e >= 0);
-        (mark, epoch)
+        read_mark()
     })
+}
+
+/// The persisted mark (Unix ms) and the epoch it was written under, in the caller's transaction.
+fn read_mark() -> (i64, Option<i64>) {
+    let mark = Spi::get_one::<i64>(&format!("SELECT last_value FROM {SCHEMA}.lease_ms"))
+        .expect("read the lease sequence")
+        .unwrap_or(0);
+    let epoch = Spi::get_one::<i64>(&format!("SELECT last_value FROM {SCHEMA}.epoch_ms"))
+        .expect("read the epoch sequence")
+        .filter(|&e| e >= 0);
+    (mark, epoch)
 }
 
 /// Persists a lease: first raised above the highest ID another server may have issued on our
@@ -387,13 +392,26 @@ fn renew(epoch: i64, drift: u64) -> Option<u64> {
                 .unwrap_or(0);
             GENERATOR.exclusive().state.raise_floor(ms);
         }
+        // The persisted mark may have been raised by someone else since this worker wrote it (a
+        // restore of a dump of a server whose IDs ran ahead): IDs go above it from now on.
+        let (mark, recorded) = read_mark();
+        {
+            let mut g = GENERATOR.exclusive();
+            if let Some(floor) = raised_mark(mark, recorded, epoch, g.state.lease_ms) {
+                g.state.raise_floor(floor);
+            }
+        }
         let now = SystemClock.now_unix_ms() - epoch;
         let lease = {
             let g = GENERATOR.share();
             renewal(now, g.state.last_ms, g.state.lease_ms, true, drift)
         }?;
+        // The mark never goes down: not below a value written by someone else either. (GREATEST
+        // is syntax, not a function on the search_path; it compares with bigint's own btree.)
         Spi::run_with_args(
-            "SELECT pg_catalog.setval('_snowflake.lease_ms', $1, true), pg_catalog.setval('_snowflake.epoch_ms', $2, true)",
+            "SELECT pg_catalog.setval('_snowflake.lease_ms',
+                        GREATEST($1, (SELECT last_value FROM _snowflake.lease_ms)), true),
+                    pg_catalog.setval('_snowflake.epoch_ms', $2, true)",
             &[(epoch + lease as i64).into(), epoch.into()],
         )
         .expect("persist the lease");
@@ -444,13 +462,18 @@ pub extern "C-unwind" fn snowflake_lease_worker_main(_arg: pg_sys::Datum) {
     // issued before the fleet check has looked at the other servers' claims.
     let mut conflict = None;
     let mut paths = crate::core::fleet::PathWatch::default();
+    let mut liveness = crate::core::fleet::Liveness::default();
     let started = Instant::now();
     let mut claimed_at: Option<Instant> = None;
     let mut looked = (SystemClock.now_unix_ms(), Instant::now());
     loop {
         if claimed_at.is_none_or(|t| t.elapsed() >= Duration::from_millis(REFRESH_MS)) {
-            conflict =
-                crate::fleet::refresh(conflict, &mut paths, started.elapsed().as_millis() as u64);
+            conflict = crate::fleet::refresh(
+                conflict,
+                &mut paths,
+                &mut liveness,
+                started.elapsed().as_millis() as u64,
+            );
             claimed_at = Some(Instant::now());
         }
         // SAFETY: the flag is set by PostgreSQL's own SIGHUP handler; reading the file is what

@@ -77,6 +77,52 @@ fn snowflake_node() -> TableIterator<
     ))
 }
 
+/// `snowflake_node()` with the columns it had in 1.1.0, for the views and functions that were
+/// made on it then: the upgrade to 1.2.0 keeps their function as `snowflake_node_1_1()`, outside
+/// the extension, bound to this (see `sql/snowflake--1.1.0--1.2.0.sql`). A result type never
+/// changes under a name that something may depend on.
+#[pg_extern(sql = false)]
+#[allow(clippy::type_complexity)]
+fn snowflake_node_1_1() -> TableIterator<
+    'static,
+    (
+        name!(datacenter_id, i32),
+        name!(worker_id, i32),
+        name!(epoch, TimestampWithTimeZone),
+        name!(max_clock_drift_ms, i64),
+        name!(last_timestamp, Option<TimestampWithTimeZone>),
+        name!(lead_ms, i64),
+        name!(lease_until, Option<TimestampWithTimeZone>),
+        name!(lease_worker_pid, Option<i32>),
+    ),
+> {
+    let (a, b, c, d, e, f, g, h, ..) = snowflake_node()
+        .next()
+        .expect("snowflake_node() has one row");
+    TableIterator::once((a, b, c, d, e, f, g, h))
+}
+
+/// `snowflake_stats()` with the columns it had in 1.1.0 and 1.2.0 (see `snowflake_node_1_1`
+/// and `sql/snowflake--1.2.0--1.3.0.sql`).
+#[pg_extern(sql = false)]
+#[allow(clippy::type_complexity)]
+fn snowflake_stats_1_2() -> TableIterator<
+    'static,
+    (
+        name!(ids_issued, i64),
+        name!(borrowed_ms, i64),
+        name!(clock_back_events, i64),
+        name!(largest_clock_back_ms, i64),
+        name!(waits, i64),
+        name!(errors, i64),
+    ),
+> {
+    let (a, b, c, d, _, _, g, h) = snowflake_stats()
+        .next()
+        .expect("snowflake_stats() has one row");
+    TableIterator::once((a, b, c, d, g, h))
+}
+
 /// Counters since the server started (they live in shared memory and reset at restart).
 #[pg_extern(volatile, parallel_safe)]
 #[allow(clippy::type_complexity)]

@@ -181,8 +181,31 @@ fn upgrade_from_every_release_matches_a_fresh_install() {
             c.try_sql_in(&db, missing).is_err(),
             "{old} should not have what `{missing}` uses"
         );
+        // A view on each status function, and a statement prepared on one, made before the
+        // update: the update keeps them working (a result type that changed keeps the old
+        // function, renamed, for its dependents).
+        // (1.0.0 has neither function.)
+        let views = old != "1.0.0";
+        let columns = "SELECT string_agg(attname, ',' ORDER BY attnum) FROM pg_attribute WHERE attrelid = 'v_stats'::regclass";
+        let mut stats_before = String::new();
+        if views {
+            c.try_sql_in(&db, "CREATE VIEW v_stats AS SELECT * FROM snowflake_stats(); CREATE VIEW v_node AS SELECT * FROM snowflake_node()")
+                .unwrap();
+            stats_before = c.try_sql_in(&db, columns).unwrap();
+        }
         c.try_sql_in(&db, "ALTER EXTENSION snowflake UPDATE")
             .unwrap();
+        if views {
+            assert_eq!(c.try_sql_in(&db, columns).unwrap(), stats_before);
+            assert_eq!(
+                c.try_sql_in(
+                    &db,
+                    "SELECT (SELECT ids_issued >= 1 FROM v_stats), (SELECT worker_id FROM v_node)"
+                )
+                .unwrap(),
+                "t|0"
+            );
+        }
         assert_eq!(
             c.try_sql_in(&db, version).unwrap(),
             env!("CARGO_PKG_VERSION")

@@ -442,3 +442,51 @@ fn an_epoch_moved_later_is_refused_naming_both_epochs() {
     c.start();
     assert_eq!(c.sql_err("SELECT snowflake_nextval()").sqlstate, "55000");
 }
+
+/// A mark raised from outside (a restore of `_snowflake.lease_ms` from a dump of a server whose
+/// IDs ran ahead) is a floor at once, and the worker never writes the mark lower again, so the
+/// raise survives a crash (1.4.0 wrote its own lower lease over it).
+#[test]
+fn a_mark_raised_from_outside_is_never_lowered() {
+    let mut c = Cluster::new("raised-mark", "snowflake.max_clock_drift = '1h'");
+    c.start();
+    c.sql("CREATE EXTENSION snowflake");
+    c.wait_for("SELECT snowflake_nextval() > 0", "t", 20);
+    c.sql("CREATE TABLE orders (id bigint PRIMARY KEY DEFAULT snowflake_nextval()); INSERT INTO orders DEFAULT VALUES");
+    // The README's runbook after a failover, with the old server's mark 10 minutes ahead (as a
+    // server whose IDs ran ahead would have left it).
+    let ahead = c.sql_i64("SELECT (extract(epoch FROM now()) * 1000)::bigint + 600000");
+    let path = c.dir.join("raise.sql");
+    std::fs::write(&path, common::readme_recipe("raise-after-failover")).unwrap();
+    let out = c
+        .psql_cmd("postgres")
+        .args(["-v", &format!("old_mark={ahead}"), "-f"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let above =
+        format!("SELECT snowflake_nextval() >= snowflake_min_id(to_timestamp({ahead} / 1000.0))");
+    c.wait_for(&above, "t", 20);
+    // Renewals as IDs are issued over a few seconds.
+    for _ in 0..4 {
+        c.sql("SELECT count(snowflake_nextval()) FROM generate_series(1, 20000)");
+        thread::sleep(Duration::from_millis(700));
+    }
+    let mark = "SELECT last_value FROM _snowflake.lease_ms";
+    assert!(
+        c.sql_i64(mark) >= ahead,
+        "the worker lowered the raised mark"
+    );
+    c.stop("immediate");
+    c.start();
+    assert!(
+        c.sql_i64(mark) >= ahead,
+        "the raised mark did not survive a crash"
+    );
+    c.wait_for(&above, "t", 20);
+}

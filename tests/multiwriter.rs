@@ -496,6 +496,21 @@ fn a_claim_expires_ordinary_users_cannot_write_claims_and_restarts_are_no_confli
         "t"
     );
 
+    // After a restart the server has not watched that claim: it cannot know from a time another
+    // server wrote whether that server left, so the claim holds IDs back until it has been seen
+    // unchanged for the expiry. Retiring it ends that at once.
+    c.stop("fast");
+    c.start();
+    assert!(
+        eventually(10, || refuses(&c)),
+        "an unwatched claim was taken for expired"
+    );
+    assert!(
+        eventually(40, || !refuses(&c)),
+        "the claim did not expire after a restart"
+    );
+    c.sql("UPDATE _snowflake.claims SET retired = true WHERE system_identifier = 12345");
+
     // The same server after a crash and a clean restart: its own claim is no conflict.
     for mode in ["immediate", "fast"] {
         c.stop(mode);
@@ -569,6 +584,126 @@ fn a_claims_path_that_stops_applying_keeps_the_conflict() {
     assert!(!e.detail.contains("not applying"), "{}", e.raw);
     // A stops for good: its claim expires once the path has been proven and the expiry passed
     // (a stopped publisher breaks the path again: B needs a DBA to retire the claim then).
+    let a_sysid = sysid(&a);
+    a.stop("fast");
+    b.sql(&format!(
+        "UPDATE _snowflake.claims SET retired = true WHERE system_identifier = {a_sysid}"
+    ));
+    assert!(eventually(15, || !refuses(&b)), "B did not resume");
+}
+
+/// A server's identity is its system identifier: a new server whose lease database was made from
+/// a schema dump of a running one (its `_snowflake` objects, the node token among them) is another
+/// server, and the pair they share is a conflict (1.4.0 took the other's live claim for its own
+/// past, deleted it, and both issued).
+#[test]
+fn a_server_made_from_a_schema_dump_of_another_is_another_server() {
+    let mut a = node("copy-a", 1, 5);
+    a.start();
+    a.sql(TABLE);
+    a.sql("SELECT snowflake_nextval(); CREATE PUBLICATION pub FOR TABLE _snowflake.claims");
+    let dump = std::process::Command::new(common::bindir().join("pg_dump"))
+        .args(["-s", "-h"])
+        .arg(&a.dir)
+        .args(["-p", &a.port.to_string(), "-U", "postgres", "postgres"])
+        .output()
+        .unwrap();
+    assert!(
+        dump.status.success(),
+        "{}",
+        String::from_utf8_lossy(&dump.stderr)
+    );
+    let dump = String::from_utf8(dump.stdout).unwrap();
+    assert!(
+        dump.contains("CREATE SEQUENCE _snowflake.node_token"),
+        "{dump}"
+    );
+
+    let mut b = node("copy-b", 1, 5);
+    b.start();
+    b.sql("CREATE EXTENSION snowflake");
+    b.sql("CREATE DATABASE app");
+    let path = b.dir.join("schema.sql");
+    std::fs::write(&path, &dump).unwrap();
+    let out = b.psql_cmd("app").arg("-f").arg(&path).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    b.sql("ALTER SYSTEM SET snowflake.database = 'app'");
+    b.stop("fast");
+    b.start();
+    b.wait_for("SELECT snowflake_nextval() > 0", "t", 20);
+    let token = "SELECT last_value FROM _snowflake.node_token";
+    assert_eq!(
+        b.try_sql_in("app", token).unwrap(),
+        a.sql(token),
+        "the copy carried the token"
+    );
+    b.try_sql_in(
+        "app",
+        &format!(
+            "CREATE SUBSCRIPTION sub_from_a CONNECTION '{}' PUBLICATION pub WITH (copy_data = true)",
+            a.conninfo()
+        ),
+    )
+    .unwrap();
+    assert!(
+        eventually(30, || refuses(&b)),
+        "B did not see A's claim as another server's"
+    );
+    // B never removed A's claim: it is still there, refreshed.
+    thread::sleep(Duration::from_secs(6));
+    assert_eq!(
+        b.try_sql_in(
+            "app",
+            &format!(
+                "SELECT count(*) FROM _snowflake.claims WHERE system_identifier = {}",
+                sysid(&a)
+            )
+        )
+        .unwrap(),
+        "1"
+    );
+    assert!(refuses(&b));
+}
+
+/// A claim's liveness is this server's own observation: a peer whose clock is two minutes behind
+/// (its claims carry times that look long expired here) is live as long as its claim keeps
+/// changing. Fan-in, so only the subscriber can see the other (1.4.0 let it issue).
+#[test]
+fn a_peer_with_a_clock_far_behind_is_still_live() {
+    let mut a = node("skew-a", 1, 5);
+    a.fake_time(Some("-120s"));
+    let mut b = node("skew-b", 1, 5);
+    for c in [&mut a, &mut b] {
+        c.start();
+        c.sql(TABLE);
+    }
+    if !common::worker_sees_the_clock(&a) {
+        return;
+    }
+    a.sql("CREATE PUBLICATION pub FOR TABLE _snowflake.claims");
+    b.sql(&format!(
+        "CREATE SUBSCRIPTION sub_from_a CONNECTION '{}' PUBLICATION pub WITH (copy_data = false)",
+        a.conninfo()
+    ));
+    // A's claim arrives with a time two minutes in B's past (claim_expiry is 15 s here).
+    b.wait_for(
+        &format!("SELECT count(*) FROM _snowflake.claims WHERE system_identifier = {} AND last_seen < now() - interval '100 s'", sysid(&a)),
+        "1",
+        30,
+    );
+    assert!(
+        eventually(30, || refuses(&b)),
+        "B issued on a pair a live server holds"
+    );
+    // Well past the expiry, A is still live.
+    thread::sleep(Duration::from_secs(20));
+    assert!(refuses(&b));
+    // A stops: its claim stops changing, and (once the path is seen failing and then retired)
+    // B issues again.
     let a_sysid = sysid(&a);
     a.stop("fast");
     b.sql(&format!(

@@ -77,8 +77,18 @@ fn the_deb_installs_into_a_clean_layout_and_works() {
         depends.contains(&format!("postgresql-{major}")),
         "{depends}"
     );
+    // The library's own needs, from its symbols: a glibc at least as new as it was linked with
+    // (an older distribution's apt then refuses the package instead of a server that cannot start).
+    assert!(depends.contains("libc6 (>= 2."), "{depends}");
     // Where Debian's and PGDG's postgresql-NN look for extensions.
     let contents = run(Command::new("dpkg-deb").arg("-c").arg(&deb));
+    assert!(
+        contents
+            .lines()
+            .next()
+            .is_some_and(|root| root.starts_with("drwxr-xr-x root/root") && root.ends_with(" ./")),
+        "the package's root entry is not 0755 root:root:\n{contents}"
+    );
     let lib_dir = format!("/usr/lib/postgresql/{major}/lib");
     let ext_dir = format!("/usr/share/postgresql/{major}/extension");
     let mut expected = vec![

@@ -119,6 +119,32 @@ fn upgrade_from(old_major: u32) {
         new.env.clear();
         new.start();
     }
+    // The old cluster's claim, under its system identifier, is retired as the README says.
+    let out = as_owner(std::path::Path::new("/bin/bash"))
+        .arg("-c")
+        .arg(readme_script(&["pg_upgrade-after"]))
+        .env("OLD_BIN", &old_bin)
+        .env("NEW_BIN", &new.bin)
+        .env("OLD_DATA", &old.data)
+        .env("PGHOST", &new.dir)
+        .env("PGPORT", new.port.to_string())
+        .env("PGDATABASE", "postgres")
+        .env("PGUSER", "postgres")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "the README's pg_upgrade-after recipe failed:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    new.wait_for(
+        "SELECT count(*) FILTER (WHERE retired), count(*) FILTER (WHERE system_identifier = (SELECT system_identifier FROM pg_control_system())) FROM _snowflake.claims",
+        "1|1",
+        15,
+    );
+    // IDs flow once the worker's next refresh has seen the claim retired.
+    new.wait_for("SELECT snowflake_nextval() > 0", "t", 15);
     assert_eq!(
         new.sql_i64("SELECT current_setting('server_version_num')::int / 10000"),
         new_major as i64,

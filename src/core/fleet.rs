@@ -4,12 +4,20 @@
 //! while it runs. A server that sees a live claim on its own pair from another system identifier
 //! stops issuing until that claim is gone.
 //!
-//! The system identifier is what makes this free of false alarms: it survives restarts and
-//! crashes, and a promoted physical standby inherits it from its primary, so a server never
-//! conflicts with its own past or with its predecessor. pg_upgrade makes a new system identifier,
-//! so each claim also carries a node token: a random number kept in a sequence, which pg_upgrade
-//! and dump/restore carry with the data but logical replication does not. A claim with our token
-//! is our own earlier incarnation. A claim that nobody refreshes expires.
+//! **Identity** is the system identifier, and nothing else: it is made by initdb, survives
+//! restarts and crashes, and a promoted physical standby inherits it from its primary, so a
+//! server never conflicts with its own past. Nothing that copies a server's files or objects (a
+//! dump, a restore, a schema copy) copies it into another running system. pg_upgrade makes a new
+//! one: the upgraded server sees its former claim as another server's, which is no longer
+//! refreshed and expires (or which the pg_upgrade recipe retires at once).
+//!
+//! **Liveness** is judged on this server's own observations (`Liveness`): a claim is live while
+//! it has changed here within the expiry, by this server's monotonic clock. A peer rewrites its
+//! claim every `REFRESH_MS`, so a live peer's claim keeps changing whatever its clock says; a
+//! timestamp another server wrote is never compared with ours. A claim this server has not yet
+//! watched for the expiry (after its start) counts as live. While a path that carries the claims
+//! is not applying (`PathWatch`), a claim that stopped changing cannot be told from a server that
+//! left, and none expires.
 //!
 //! Each claim also carries the highest ID its server may have issued (`lease_id`, its lease), and
 //! a retired server's claim stays as a tombstone (`retired`). A server never issues below the
@@ -27,68 +35,88 @@ pub const MIN_EXPIRY_MS: u64 = 3 * REFRESH_MS;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Claim {
     pub system_identifier: i64,
-    pub node_token: i64,
     pub datacenter: u32,
     pub worker: u32,
-    /// When its server last refreshed it, in Unix ms by that server's clock.
+    /// When its server last refreshed it, in Unix ms by that server's clock: shown to people,
+    /// never compared with this server's clock.
     pub last_seen_unix_ms: i64,
+    /// Which version of the row this server holds (the row's `xmin` here): a new one at every
+    /// refresh of its server that reaches this one.
+    pub version: i64,
     /// The highest ID its server may have issued (from its lease), 0 if unknown.
     pub lease_id: i64,
     /// Retired by a DBA (the retire recipe): never a conflict, but still a floor.
     pub retired: bool,
 }
 
-/// Another server's claim on our pair: not ours, and not our own earlier incarnation.
+/// Another server's claim on our pair.
 fn others_on_our_pair(
     me: i64,
-    my_token: i64,
     datacenter: u32,
     worker: u32,
     claims: &[Claim],
 ) -> impl Iterator<Item = &Claim> {
     claims
         .iter()
-        .filter(move |c| c.system_identifier != me && c.node_token != my_token)
+        .filter(move |c| c.system_identifier != me)
         .filter(move |c| c.datacenter == datacenter && c.worker == worker)
 }
 
-/// Another server's live claim on our pair, if any: the most recently seen one.
-#[allow(clippy::too_many_arguments)] // the claim's whole context: who we are and when
-///
-/// `now_unix_ms` is our clock; the claim's time is its server's clock, so clock skew between
-/// the two shortens or lengthens the expiry by that much. While `claims_may_be_stale` (a path
-/// that carries the claims here is not applying, see `PathWatch`), a claim that stopped changing
-/// cannot be told from a server that left: no claim expires then.
+/// Another server's live claim on our pair, if any (the most recently refreshed one, by its
+/// server's word, for the message). `live` says which claims are live (`Liveness::live`, or
+/// every one while claims may be stale).
 pub fn conflict(
     me: i64,
-    my_token: i64,
     datacenter: u32,
     worker: u32,
     claims: &[Claim],
-    now_unix_ms: i64,
-    expiry_ms: u64,
-    claims_may_be_stale: bool,
+    live: impl Fn(&Claim) -> bool,
 ) -> Option<Claim> {
-    others_on_our_pair(me, my_token, datacenter, worker, claims)
+    others_on_our_pair(me, datacenter, worker, claims)
         .filter(|c| !c.retired)
-        .filter(|c| {
-            claims_may_be_stale
-                || now_unix_ms.saturating_sub(c.last_seen_unix_ms) < expiry_ms as i64
-        })
+        .filter(|c| live(c))
         .max_by_key(|c| c.last_seen_unix_ms)
         .copied()
 }
 
+/// When each claim last changed here, by this server's monotonic clock (ms since the lease
+/// worker started).
+#[derive(Clone, Debug, Default)]
+pub struct Liveness {
+    /// (system identifier, version, when that version was first seen)
+    seen: Vec<(i64, i64, u64)>,
+}
+
+impl Liveness {
+    /// Takes the claims as read at `now_ms`.
+    pub fn observe(&mut self, now_ms: u64, claims: &[Claim]) {
+        self.seen = claims
+            .iter()
+            .map(|c| {
+                let since = self
+                    .seen
+                    .iter()
+                    .find(|s| s.0 == c.system_identifier && s.1 == c.version)
+                    .map_or(now_ms, |s| s.2);
+                (c.system_identifier, c.version, since)
+            })
+            .collect();
+    }
+
+    /// Whether `c` changed here within `expiry_ms` before `now_ms` (a claim first seen counts as
+    /// changed when it was first seen; one never observed is live).
+    pub fn live(&self, c: &Claim, now_ms: u64, expiry_ms: u64) -> bool {
+        self.seen
+            .iter()
+            .find(|s| s.0 == c.system_identifier)
+            .is_none_or(|s| s.1 != c.version || now_ms.saturating_sub(s.2) < expiry_ms)
+    }
+}
+
 /// The highest ID that another server, live, expired or retired, may have issued on our pair:
 /// ours must all be above it. `None` when no such claim knows of one.
-pub fn handover_floor(
-    me: i64,
-    my_token: i64,
-    datacenter: u32,
-    worker: u32,
-    claims: &[Claim],
-) -> Option<i64> {
-    others_on_our_pair(me, my_token, datacenter, worker, claims)
+pub fn handover_floor(me: i64, datacenter: u32, worker: u32, claims: &[Claim]) -> Option<i64> {
+    others_on_our_pair(me, datacenter, worker, claims)
         .map(|c| c.lease_id)
         .filter(|&id| id > 0)
         .max()
@@ -243,13 +271,13 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    fn claim(sysid: i64, dc: u32, w: u32, seen: i64) -> Claim {
+    fn claim(sysid: i64, dc: u32, w: u32, version: i64) -> Claim {
         Claim {
             system_identifier: sysid,
-            node_token: sysid * 1000,
             datacenter: dc,
             worker: w,
-            last_seen_unix_ms: seen,
+            last_seen_unix_ms: NOW,
+            version,
             lease_id: 0,
             retired: false,
         }
@@ -257,85 +285,116 @@ mod tests {
 
     const NOW: i64 = 1_800_000_000_000;
     const EXPIRY: u64 = 60_000;
+    const ALL_LIVE: fn(&Claim) -> bool = |_| true;
 
     #[test]
     fn own_claims_never_conflict() {
         // A restart, a crash, or a promoted standby: the same system identifier.
-        let claims = [claim(42, 1, 5, NOW), claim(42, 1, 5, NOW - 1)];
-        assert_eq!(
-            conflict(42, 42_000, 1, 5, &claims, NOW, EXPIRY, false),
-            None
-        );
+        let claims = [claim(42, 1, 5, 1), claim(42, 1, 5, 2)];
+        assert_eq!(conflict(42, 1, 5, &claims, ALL_LIVE), None);
     }
 
     #[test]
-    fn an_earlier_incarnation_never_conflicts() {
-        // pg_upgrade: a new system identifier, the same node token, and the old claim is fresh.
-        let old = Claim {
-            system_identifier: 7,
-            node_token: 42_000,
-            lease_id: 1,
-            ..claim(7, 1, 5, NOW - 1_000)
-        };
-        assert_eq!(conflict(42, 42_000, 1, 5, &[old], NOW, EXPIRY, false), None);
-        assert_eq!(
-            handover_floor(42, 42_000, 1, 5, &[old]),
-            None,
-            "our own mark covers it"
-        );
+    fn a_copy_of_our_objects_is_another_server() {
+        // A restored dump or schema copy carries everything in `_snowflake` but not the system
+        // identifier: a claim of another system identifier is another server's.
+        let other = claim(7, 1, 5, 1);
+        assert_eq!(conflict(42, 1, 5, &[other], ALL_LIVE), Some(other));
     }
 
     #[test]
     fn distinct_pairs_never_conflict() {
         let claims: Vec<Claim> = (0..32)
             .flat_map(|dc: u32| {
-                (0..32u32).map(move |w| claim(1000 + (dc * 32 + w) as i64, dc, w, NOW))
+                (0..32u32).map(move |w| claim(1000 + (dc * 32 + w) as i64, dc, w, 1))
             })
             .filter(|c| (c.datacenter, c.worker) != (1, 5))
             .collect();
-        assert_eq!(
-            conflict(42, 42_000, 1, 5, &claims, NOW, EXPIRY, false),
-            None
-        );
+        assert_eq!(conflict(42, 1, 5, &claims, ALL_LIVE), None);
     }
 
     #[test]
     fn a_live_claim_on_our_pair_from_another_server_conflicts() {
-        let claims = [claim(7, 1, 5, NOW - 10_000), claim(8, 1, 5, NOW - 2_000)];
+        let older = Claim {
+            last_seen_unix_ms: NOW - 10_000,
+            ..claim(7, 1, 5, 1)
+        };
+        let newer = Claim {
+            last_seen_unix_ms: NOW - 2_000,
+            ..claim(8, 1, 5, 1)
+        };
         assert_eq!(
-            conflict(42, 42_000, 1, 5, &claims, NOW, EXPIRY, false),
-            Some(claim(8, 1, 5, NOW - 2_000)),
+            conflict(42, 1, 5, &[older, newer], ALL_LIVE),
+            Some(newer),
             "the most recently seen one"
         );
+        assert_eq!(
+            conflict(42, 1, 5, &[older, newer], |c| c.system_identifier == 7),
+            Some(older)
+        );
+        assert_eq!(conflict(42, 1, 5, &[older, newer], |_| false), None);
+    }
+
+    /// Liveness comes from this server's observations only: a peer whose clock is far behind
+    /// (its `last_seen` looks old) but whose claim keeps changing is live, and one whose clock is
+    /// far ahead but whose claim stopped changing expires after the expiry of our clock.
+    #[test]
+    fn a_claim_is_live_while_it_changes_here_whatever_its_clock_says() {
+        let mut l = Liveness::default();
+        let behind = |v| Claim {
+            last_seen_unix_ms: NOW - 3_600_000,
+            ..claim(7, 1, 5, v)
+        };
+        let ahead = |v| Claim {
+            last_seen_unix_ms: NOW + 3_600_000,
+            ..claim(8, 1, 5, v)
+        };
+        let mut t = 0;
+        let mut v = 1;
+        while t < 10 * EXPIRY {
+            l.observe(t, &[behind(v), ahead(1)]);
+            assert!(
+                l.live(&behind(v), t, EXPIRY),
+                "a changing claim expired at {t} ms"
+            );
+            assert_eq!(l.live(&ahead(1), t, EXPIRY), t < EXPIRY, "at {t} ms");
+            t += REFRESH_MS;
+            v += 1;
+        }
     }
 
     #[test]
-    fn a_claim_expires_after_the_expiry() {
-        let claims = [claim(7, 1, 5, NOW - 60_000)];
-        assert_eq!(
-            conflict(42, 42_000, 1, 5, &claims, NOW, EXPIRY, false),
-            None
-        );
-        assert!(conflict(42, 42_000, 1, 5, &claims, NOW - 1, EXPIRY, false).is_some());
-        // A peer whose clock runs ahead looks fresh for longer, never the other way round.
-        let ahead = [claim(7, 1, 5, NOW + 5_000)];
-        assert!(conflict(42, 42_000, 1, 5, &ahead, NOW, EXPIRY, false).is_some());
+    fn every_claim_is_live_until_watched_for_the_expiry() {
+        let l = Liveness::default();
+        assert!(l.live(&claim(7, 1, 5, 1), 0, EXPIRY), "never observed");
+        let mut l = Liveness::default();
+        // The worker starts and finds a claim that will never change again.
+        l.observe(0, &[claim(7, 1, 5, 1)]);
+        assert!(l.live(&claim(7, 1, 5, 1), EXPIRY - 1, EXPIRY));
+        l.observe(EXPIRY, &[claim(7, 1, 5, 1)]);
+        assert!(!l.live(&claim(7, 1, 5, 1), EXPIRY, EXPIRY));
+        // It changes again (its server came back): live at once.
+        l.observe(EXPIRY + 1, &[claim(7, 1, 5, 2)]);
+        assert!(l.live(&claim(7, 1, 5, 2), EXPIRY + 1, EXPIRY));
     }
 
     /// A peer that refreshes every REFRESH_MS but misses up to two refreshes in a row (a slow
-    /// transaction, a busy disk) stays live at every instant under the smallest expiry allowed.
+    /// transaction, a busy disk, replication lag) stays live at every instant under the smallest
+    /// expiry allowed, its changes seen here at each of our own refreshes.
     #[test]
     fn the_smallest_expiry_outlives_two_missed_refreshes() {
         for missed in 0..=2u64 {
-            let last_refresh = NOW - 1;
-            let next_refresh = last_refresh + ((missed + 1) * REFRESH_MS) as i64;
-            for now in (last_refresh..next_refresh).step_by(7) {
-                let claims = [claim(7, 1, 5, last_refresh)];
+            let mut l = Liveness::default();
+            l.observe(0, &[claim(7, 1, 5, 1)]);
+            let next_change = (missed + 1) * REFRESH_MS;
+            let mut t = 0;
+            while t < next_change {
+                l.observe(t, &[claim(7, 1, 5, 1)]);
                 assert!(
-                    conflict(42, 42_000, 1, 5, &claims, now, MIN_EXPIRY_MS, false).is_some(),
-                    "a peer that missed {missed} refreshes looked expired {} ms after its last",
-                    now - last_refresh
+                    l.live(&claim(7, 1, 5, 1), t, MIN_EXPIRY_MS),
+                    "missed {missed}: expired at {t} ms"
                 );
+                t += REFRESH_MS;
             }
         }
     }
@@ -345,35 +404,35 @@ mod tests {
         let tombstone = Claim {
             lease_id: 9_000_000,
             retired: true,
-            ..claim(7, 1, 5, NOW)
+            ..claim(7, 1, 5, 1)
         };
         let expired = Claim {
             lease_id: 5_000_000,
-            ..claim(8, 1, 5, NOW - 10 * EXPIRY as i64)
+            ..claim(8, 1, 5, 1)
         };
         let other_pair = Claim {
             lease_id: 99_000_000,
-            ..claim(9, 1, 6, NOW)
+            ..claim(9, 1, 6, 1)
         };
         let mine = Claim {
             lease_id: 77_000_000,
-            ..claim(42, 1, 5, NOW)
+            ..claim(42, 1, 5, 1)
         };
         let claims = [tombstone, expired, other_pair, mine];
         assert_eq!(
-            conflict(42, 42_000, 1, 5, &claims, NOW, EXPIRY, false),
+            conflict(42, 1, 5, &claims, |c| c.system_identifier != 8),
             None
         );
-        assert_eq!(handover_floor(42, 42_000, 1, 5, &claims), Some(9_000_000));
-        assert_eq!(handover_floor(42, 42_000, 2, 5, &claims), None);
+        assert_eq!(handover_floor(42, 1, 5, &claims), Some(9_000_000));
+        assert_eq!(handover_floor(42, 2, 5, &claims), None);
         // A live claim is both: a conflict now, and a floor once it is gone.
         let live = Claim {
             lease_id: 12_000_000,
-            ..claim(10, 1, 5, NOW)
+            ..claim(10, 1, 5, 1)
         };
-        assert!(conflict(42, 42_000, 1, 5, &[live], NOW, EXPIRY, false).is_some());
+        assert!(conflict(42, 1, 5, &[live], ALL_LIVE).is_some());
         assert_eq!(
-            handover_floor(42, 42_000, 1, 5, &[live, tombstone]),
+            handover_floor(42, 1, 5, &[live, tombstone]),
             Some(12_000_000)
         );
     }
@@ -382,21 +441,42 @@ mod tests {
         /// Whatever the claims, a conflict is always someone else's live claim on our pair.
         #[test]
         fn a_conflict_is_always_someone_elses_live_claim_on_our_pair(
-            // Ages from 10 s in the future (a peer's clock ahead) to 200 s old: past any expiry
-            // drawn below, so both live and expired claims occur.
-            rows in proptest::collection::vec((0i64..6, 0u32..3, 0u32..3, -10_000i64..200_000), 0..20),
+            rows in proptest::collection::vec((0i64..6, 0u32..3, 0u32..3, any::<bool>()), 0..20),
             me in 0i64..6,
-            expiry in 15_000u64..120_000,
         ) {
-            let claims: Vec<Claim> = rows.iter().map(|&(s, d, w, age)| claim(s, d, w, NOW - age)).collect();
-            let got = conflict(me, me * 1000, 1, 1, &claims, NOW, expiry, false);
+            let claims: Vec<Claim> = rows.iter().map(|&(s, d, w, r)| Claim { retired: r, ..claim(s, d, w, 1) }).collect();
+            let live = |c: &Claim| c.system_identifier % 2 == 0;
+            let got = conflict(me, 1, 1, &claims, live);
             let expected_any = claims.iter().any(|c| c.system_identifier != me
-                && (c.datacenter, c.worker) == (1, 1)
-                && NOW - c.last_seen_unix_ms < expiry as i64);
+                && (c.datacenter, c.worker) == (1, 1) && !c.retired && live(c));
             prop_assert_eq!(got.is_some(), expected_any);
             if let Some(c) = got {
-                prop_assert!(c.system_identifier != me);
+                prop_assert!(c.system_identifier != me && !c.retired && live(&c));
                 prop_assert_eq!((c.datacenter, c.worker), (1, 1));
+            }
+        }
+
+        /// A claim is live exactly while it changed here within the expiry: whatever the
+        /// sequence of changes and silences a peer's claim goes through, at every refresh of
+        /// ours `live` equals "the last change (or the first sight) is less than the expiry ago".
+        #[test]
+        fn liveness_is_the_time_since_the_last_change_here(
+            changes in proptest::collection::vec(any::<bool>(), 1..60),
+            expiry_steps in 3u64..12,
+        ) {
+            let expiry = expiry_steps * REFRESH_MS;
+            let mut l = Liveness::default();
+            let mut version = 0;
+            let mut last_change = 0;
+            for (i, &changed) in changes.iter().enumerate() {
+                let t = i as u64 * REFRESH_MS;
+                if changed || i == 0 {
+                    version += 1;
+                    last_change = t;
+                }
+                let c = claim(7, 1, 5, version);
+                l.observe(t, &[c]);
+                prop_assert_eq!(l.live(&c, t, expiry), t - last_change < expiry, "at {} ms", t);
             }
         }
     }
@@ -513,29 +593,6 @@ mod tests {
         assert!(
             matches!(&events[..], [PathEvent::Broke { why, .. }] if why.contains("received nothing for 20 s")),
             "{events:?}"
-        );
-    }
-
-    #[test]
-    fn while_claims_may_be_stale_no_claim_expires() {
-        let old = claim(7, 1, 5, NOW - 10 * EXPIRY as i64);
-        assert_eq!(conflict(42, 42_000, 1, 5, &[old], NOW, EXPIRY, false), None);
-        assert_eq!(
-            conflict(42, 42_000, 1, 5, &[old], NOW, EXPIRY, true),
-            Some(old)
-        );
-        let retired = Claim {
-            retired: true,
-            ..old
-        };
-        assert_eq!(
-            conflict(42, 42_000, 1, 5, &[retired], NOW, EXPIRY, true),
-            None
-        );
-        let other_pair = claim(8, 1, 6, NOW - 10 * EXPIRY as i64);
-        assert_eq!(
-            conflict(42, 42_000, 1, 5, &[other_pair], NOW, EXPIRY, true),
-            None
         );
     }
 

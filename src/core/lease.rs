@@ -58,6 +58,20 @@ pub fn restored_floor(mark_unix_ms: i64, recorded_epoch_ms: Option<i64>, epoch_m
     (mark_unix_ms - recorded_epoch_ms.unwrap_or(epoch_ms)).max(0) as u64
 }
 
+/// The floor a persisted mark imposes at a renewal, if someone other than this server raised it
+/// above this server's own lease `own_lease_ms` (a restored dump of a server whose IDs ran ahead):
+/// every ID from then on goes above it, as after a restart. The worker never writes the mark
+/// lower than it finds it, so the raise also survives the next restart.
+pub fn raised_mark(
+    mark_unix_ms: i64,
+    recorded_epoch_ms: Option<i64>,
+    epoch_ms: i64,
+    own_lease_ms: u64,
+) -> Option<u64> {
+    let floor = restored_floor(mark_unix_ms, recorded_epoch_ms, epoch_ms);
+    (floor > own_lease_ms).then_some(floor)
+}
+
 /// The smallest forward jump of the wall clock that is reported. NTP slews at most 0.5 ms per
 /// second and the lease worker looks at least every 250 ms, so a real clock never gets near it.
 pub const FORWARD_JUMP_MS: i64 = 1000;
@@ -72,6 +86,31 @@ pub fn forward_jump(wall_advance_ms: i64, monotonic_advance_ms: i64) -> Option<u
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn only_a_mark_raised_above_our_own_lease_raises_the_floor() {
+        let epoch = 1_288_834_974_657;
+        // Our own lease, read back: nothing to do (the floor would jump to the lease's end).
+        assert_eq!(
+            super::raised_mark(epoch + 5_000, Some(epoch), epoch, 5_000),
+            None
+        );
+        assert_eq!(
+            super::raised_mark(epoch + 4_000, Some(epoch), epoch, 5_000),
+            None
+        );
+        // Raised by a restore: the floor follows.
+        assert_eq!(
+            super::raised_mark(epoch + 9_000, Some(epoch), epoch, 5_000),
+            Some(9_000)
+        );
+        // Before the first lease since start-up, the restored floor was already applied: the
+        // same value again is harmless.
+        assert_eq!(
+            super::raised_mark(epoch + 9_000, None, epoch, 0),
+            Some(9_000)
+        );
+    }
+
     use super::*;
     use proptest::prelude::*;
 
