@@ -240,6 +240,11 @@ fn prepare(slot: &AtomicI64) {
     if xid == pg_sys::InvalidTransactionId {
         return;
     }
+    // With max_prepared_transactions = 0 PostgreSQL refuses the PREPARE itself, after this
+    // callback ("prepared transactions are disabled"): its error, not one of ours.
+    if prepared_table().is_empty() {
+        return;
+    }
     for attempt in 0..2 {
         {
             let _lock = GENERATOR.exclusive();
@@ -304,8 +309,13 @@ fn purge_ended() {
 }
 
 /// Enters the prepared transactions that this server's shared memory knows nothing about (they
-/// were prepared before the last restart) as holding `UNKNOWN`.
-fn scan_survivors() {
+/// were prepared before the last restart) as holding `UNKNOWN`. The entries of transactions that
+/// ended are purged first: then every survivor fits, since PostgreSQL itself keeps at most
+/// `max_prepared_transactions` prepared. Returns false, and leaves the scan to be done again, if
+/// one did not fit anyway: the horizon must not be reported past a transaction it could not
+/// record.
+fn scan_survivors() -> bool {
+    purge_ended();
     let xids: Vec<u32> = Spi::connect(|client| {
         client
             .select(
@@ -324,14 +334,18 @@ fn scan_survivors() {
         if table.iter().any(|e| e.xid == xid) {
             continue;
         }
-        if let Some(free) = table.iter_mut().find(|e| e.xid == 0) {
-            *free = Prepared {
-                xid,
-                min_id: UNKNOWN,
-            };
+        match table.iter_mut().find(|e| e.xid == 0) {
+            Some(free) => {
+                *free = Prepared {
+                    xid,
+                    min_id: UNKNOWN,
+                }
+            }
+            None => return false,
         }
     }
     unsafe { (*SEGMENT).scanned.store(true, Ordering::Release) };
+    true
 }
 
 /// Commits the generator to the clock (see `core::horizon::advance`), so that the horizon of an
@@ -386,8 +400,10 @@ fn snowflake_horizon() -> i64 {
             Some("Set snowflake.track_horizon = on in postgresql.conf and restart the server."),
         );
     }
-    if unsafe { !(*SEGMENT).scanned.load(Ordering::Acquire) } {
-        scan_survivors();
+    // Until every transaction prepared before the last restart is recorded, nothing is known to
+    // be visible: the horizon is below every ID.
+    if unsafe { !(*SEGMENT).scanned.load(Ordering::Acquire) } && !scan_survivors() {
+        return horizon(i64::MAX, [UNKNOWN]);
     }
     purge_ended();
     advance_idle_generator();

@@ -575,3 +575,51 @@ fn readers_on_a_standby_and_on_another_writer_never_miss_a_row() {
         );
     }
 }
+
+/// A transaction prepared before a restart is recorded before anything else counts: entries of
+/// transactions prepared after the restart, and ended since, do not crowd it out of the table
+/// (1.4.0 skipped it and reported a horizon above its ID), and the -1 it causes clears when it
+/// ends.
+#[test]
+fn a_transaction_prepared_before_a_restart_is_never_crowded_out() {
+    let mut c = Cluster::new("horizon-survivor", "max_prepared_transactions = 2");
+    c.start();
+    c.sql("CREATE EXTENSION snowflake; CREATE TABLE ev (id bigint PRIMARY KEY DEFAULT snowflake_nextval(), p text)");
+    c.script("BEGIN;\nINSERT INTO ev (p) VALUES ('a');\nPREPARE TRANSACTION 'a';")
+        .unwrap();
+    c.stop("immediate");
+    c.start();
+    for name in ["b1", "b2"] {
+        c.script(&format!(
+            "BEGIN;\nINSERT INTO ev (p) VALUES ('{name}');\nPREPARE TRANSACTION '{name}';\nCOMMIT PREPARED '{name}';"
+        ))
+        .unwrap();
+    }
+    let h = horizon(&c);
+    assert_eq!(
+        h, -1,
+        "a transaction prepared before the restart was not held below"
+    );
+    c.sql("COMMIT PREPARED 'a'");
+    let a = c.sql_i64("SELECT id FROM ev WHERE p = 'a'");
+    let h = horizon(&c);
+    assert!(h >= a, "the horizon {h} stayed below {a} after 'a' ended");
+}
+
+/// With prepared transactions disabled, PREPARE TRANSACTION fails with PostgreSQL's own error,
+/// not one about the horizon's table.
+#[test]
+fn prepare_without_prepared_transactions_is_postgresqls_own_error() {
+    let mut c = Cluster::new("horizon-no-prepare", "max_prepared_transactions = 0");
+    c.start();
+    c.sql("CREATE EXTENSION snowflake; CREATE TABLE ev (id bigint PRIMARY KEY DEFAULT snowflake_nextval())");
+    let e = c
+        .script("BEGIN;\nINSERT INTO ev DEFAULT VALUES;\nPREPARE TRANSACTION 'x';")
+        .expect_err("PREPARE worked with max_prepared_transactions = 0");
+    assert_eq!(e.sqlstate, "55000", "{}", e.raw);
+    assert!(
+        e.message.contains("prepared transactions are disabled"),
+        "{}",
+        e.raw
+    );
+}

@@ -433,13 +433,56 @@ fn short_text_forms_sort_like_the_number_and_name_bad_characters() {
         ),
         (
             "SELECT snowflake_to_base62(-1)",
-            "22003",
+            "22023",
             "snowflake ID -1 is negative",
+        ),
+        (
+            "SELECT snowflake_from_base32(repeat('-', 20) || '0000000000001')",
+            "22P02",
+            "has at most 26 characters with its hyphens, not 33",
         ),
     ] {
         let e = s.sql_err(sql);
         assert_eq!(e.sqlstate, code, "{sql}: {}", e.raw);
         assert!(e.message.contains(says), "{sql}: {}", e.raw);
+    }
+    // In a LATIN1 and an SQL_ASCII database, a character outside ASCII is 22P02 naming its byte
+    // (1.4.0 gave XX000, a caught panic of the UTF-8 conversion).
+    for (db, encoding, byte) in [
+        ("latin1", "LATIN1", "0xE9"),
+        ("sqlascii", "SQL_ASCII", "0xC3"),
+    ] {
+        s.sql(&format!("CREATE DATABASE {db} ENCODING '{encoding}' LC_COLLATE 'C' LC_CTYPE 'C' TEMPLATE template0"));
+        s.try_sql_in(db, "CREATE EXTENSION snowflake").unwrap();
+        for f in [
+            "snowflake_from_base62('0é000000000')",
+            "snowflake_from_base32('0é00000000000')",
+        ] {
+            // The client speaks UTF-8, which the server converts into the database's encoding.
+            let out = s
+                .psql_cmd(db)
+                .env("PGCLIENTENCODING", "UTF8")
+                .arg("-c")
+                .arg(format!("SELECT {f}"))
+                .output()
+                .unwrap();
+            assert!(
+                !out.status.success(),
+                "{db}: a non-ASCII character was accepted"
+            );
+            let e = common::parse_error(&String::from_utf8_lossy(&out.stderr));
+            assert_eq!(e.sqlstate, "22P02", "{db}: {f}: {}", e.raw);
+            assert!(
+                e.message
+                    .contains(&format!("byte {byte}, not ASCII) at position 2")),
+                "{db}: {f}: {}",
+                e.raw
+            );
+        }
+        assert_eq!(
+            s.try_sql_in(db, "SELECT snowflake_from_base62('15G63YLn9Ae'), snowflake_from_base32('0s8n-yh5e-27400')").unwrap(),
+            "910499571847892992|910499571847892992"
+        );
     }
     // Crockford's case rules: lower case, I/L as 1, O as 0, hyphens ignored.
     assert_eq!(

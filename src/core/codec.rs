@@ -5,7 +5,12 @@
 //! - base62: `0-9A-Za-z`, 11 characters (62^11 > 2^63). Case matters.
 //! - Crockford's base32: `0-9A-Z` without I, L, O and U, 13 characters (32^13 = 2^65). Parsing
 //!   follows Crockford's rules: lower case is accepted, `I`/`i`/`L`/`l` read as 1 and `O`/`o` as
-//!   0, and hyphens are ignored. `U` is not a symbol.
+//!   0, and hyphens are ignored. `U` is not a symbol. An input may hold at most as many hyphens
+//!   as digits (26 characters in all), so that no unbounded input maps to an ID.
+//!
+//! Parsing works on bytes, not on characters of some encoding: every symbol is ASCII, which every
+//! server encoding shares, so a byte outside ASCII is an error in any database (LATIN1 and
+//! SQL_ASCII included), named by its value.
 
 use std::fmt;
 
@@ -46,6 +51,15 @@ pub enum CodecError {
         ch: char,
         position: usize,
     },
+    /// A byte outside ASCII (no symbol is), at `position` (every character before it is ASCII,
+    /// so that is also its character position).
+    NotAscii {
+        form: Form,
+        byte: u8,
+        position: usize,
+    },
+    /// More characters than a form with its separators can have.
+    TooLong { form: Form, len: usize },
     /// Not exactly `width` digits.
     Length { form: Form, digits: usize },
     /// The digits are valid but the value exceeds the largest bigint.
@@ -61,6 +75,21 @@ impl fmt::Display for CodecError {
                 "invalid character \"{}\" at position {position} of a {} snowflake ID",
                 ch.escape_debug(),
                 form.name()
+            ),
+            CodecError::NotAscii {
+                form,
+                byte,
+                position,
+            } => write!(
+                f,
+                "invalid character (byte 0x{byte:02X}, not ASCII) at position {position} of a {} snowflake ID",
+                form.name()
+            ),
+            CodecError::TooLong { form, len } => write!(
+                f,
+                "a {} snowflake ID has at most {} characters with its hyphens, not {len}",
+                form.name(),
+                2 * form.width()
             ),
             CodecError::Length { form, digits } => write!(
                 f,
@@ -121,7 +150,7 @@ fn crockford_digit(c: char) -> Option<u64> {
 }
 
 fn decode(
-    text: &str,
+    text: &[u8],
     form: Form,
     digit: fn(char) -> Option<u64>,
     skip: fn(char) -> bool,
@@ -130,9 +159,23 @@ fn decode(
         Form::Base62 => 62,
         Form::Base32 => 32,
     };
+    if form == Form::Base32 && text.len() > 2 * form.width() {
+        return Err(CodecError::TooLong {
+            form,
+            len: text.len(),
+        });
+    }
     let mut value: u128 = 0;
     let mut digits = 0;
-    for (i, c) in text.chars().enumerate() {
+    for (i, &b) in text.iter().enumerate() {
+        if !b.is_ascii() {
+            return Err(CodecError::NotAscii {
+                form,
+                byte: b,
+                position: i + 1,
+            });
+        }
+        let c = b as char;
         if skip(c) {
             continue;
         }
@@ -152,12 +195,14 @@ fn decode(
     i64::try_from(value).map_err(|_| CodecError::TooLarge { form })
 }
 
-pub fn from_base62(text: &str) -> Result<i64, CodecError> {
-    decode(text, Form::Base62, base62_digit, |_| false)
+/// The ID of a base62 form, from its bytes in any ASCII-compatible encoding.
+pub fn from_base62(text: impl AsRef<[u8]>) -> Result<i64, CodecError> {
+    decode(text.as_ref(), Form::Base62, base62_digit, |_| false)
 }
 
-pub fn from_base32(text: &str) -> Result<i64, CodecError> {
-    decode(text, Form::Base32, crockford_digit, |c| c == '-')
+/// The ID of a Crockford base32 form, from its bytes in any ASCII-compatible encoding.
+pub fn from_base32(text: impl AsRef<[u8]>) -> Result<i64, CodecError> {
+    decode(text.as_ref(), Form::Base32, crockford_digit, |c| c == '-')
 }
 
 #[cfg(test)]
@@ -227,9 +272,27 @@ mod tests {
             from_base32("8000000000000").unwrap_err(),
             CodecError::TooLarge { form: Form::Base32 }
         );
+        // 'é' in UTF-8 (0xC3 0xA9), and in LATIN1 (0xE9): named by its first byte.
         assert_eq!(
-            from_base32("é000000000000").unwrap_err().to_string(),
-            "invalid character \"é\" at position 1 of a Crockford base32 snowflake ID"
+            from_base32("0é00000000000").unwrap_err().to_string(),
+            "invalid character (byte 0xC3, not ASCII) at position 2 of a Crockford base32 snowflake ID"
+        );
+        assert_eq!(
+            from_base62([b'0', 0xE9]).unwrap_err(),
+            CodecError::NotAscii {
+                form: Form::Base62,
+                byte: 0xE9,
+                position: 2
+            }
+        );
+        // Hyphens are bounded: at most 26 characters in all.
+        assert_eq!(from_base32("0-0-0-0-0-0-0-0-0-0-0-0-1").unwrap(), 1);
+        assert_eq!(
+            from_base32(format!("{}0000000000001", "-".repeat(14))).unwrap_err(),
+            CodecError::TooLong {
+                form: Form::Base32,
+                len: 27
+            }
         );
         assert_eq!(to_base62(-1).unwrap_err(), CodecError::Negative(-1));
         assert_eq!(
@@ -244,8 +307,8 @@ mod tests {
         fn round_trip_and_order(a in prop_oneof![0..=i64::MAX, Just(0i64), Just(i64::MAX), Just(1i64), Just(i64::MAX - 1)],
                                 b in prop_oneof![0..=i64::MAX, Just(0i64), Just(i64::MAX)]) {
             for (enc, dec, width) in [
-                (to_base62 as fn(i64) -> Result<String, CodecError>, from_base62 as fn(&str) -> Result<i64, CodecError>, 11),
-                (to_base32, from_base32, 13),
+                (to_base62 as fn(i64) -> Result<String, CodecError>, (|t: &str| from_base62(t)) as fn(&str) -> Result<i64, CodecError>, 11),
+                (to_base32, |t: &str| from_base32(t), 13),
             ] {
                 let (sa, sb) = (enc(a).unwrap(), enc(b).unwrap());
                 prop_assert_eq!(sa.len(), width);
