@@ -1,6 +1,8 @@
 -- snowflake 1.4.0 -> 1.5.0: snowflake_adopt(), snowflake_create_partitions() and
 -- snowflake_drop_partitions() act as the owner of the table they work on, in a
 -- security-restricted operation (C functions over PL/pgSQL ones that only the owner runs).
+-- snowflake_horizon() no longer moves an idle generator: snowflake_advance_horizon() does, for
+-- the role the DBA grants it to.
 -- Frozen once released; the upgrade test checks that an upgraded install equals a fresh one.
 \echo Use "ALTER EXTENSION snowflake UPDATE TO '1.5.0'" to load this file. \quit
 
@@ -241,3 +243,10 @@ REVOKE EXECUTE ON FUNCTION _snowflake_adopt_lock(regclass, name) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION _snowflake_adopt_switch(regclass, name, bigint[]) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION _snowflake_create_partitions(regclass, timestamptz, timestamptz, interval) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION _snowflake_drop_partitions(regclass, timestamptz) FROM PUBLIC;
+
+CREATE FUNCTION "snowflake_advance_horizon"() RETURNS bigint
+STRICT VOLATILE PARALLEL RESTRICTED
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'snowflake_advance_horizon_wrapper';
+REVOKE EXECUTE ON FUNCTION snowflake_advance_horizon() FROM PUBLIC;
+COMMENT ON FUNCTION snowflake_advance_horizon() IS 'snowflake_horizon() after committing an idle generator to the previous millisecond, so that an idle writer''s published horizon keeps up with time; for the role that publishes horizons';

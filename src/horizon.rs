@@ -378,16 +378,31 @@ fn advance_idle_generator() {
 }
 
 /// The largest ID such that no transaction of this server still in progress holds or can still
-/// obtain an ID at or below it.
+/// obtain an ID at or below it. Reading it changes nothing: on an idle server it stays at the last
+/// ID issued (or the floor after a restart).
 #[pg_extern(volatile, parallel_restricted)]
 fn snowflake_horizon() -> i64 {
+    read_horizon("snowflake_horizon()", false)
+}
+
+/// `snowflake_horizon()` after committing an idle generator to the clock (see
+/// `advance_idle_generator`), so that an idle server's horizon keeps up with time: what a writer
+/// that publishes its horizon for other readers needs. It is a promise about future IDs (none
+/// will be issued below the previous millisecond, even after the clock is corrected if it was
+/// ahead), so only a role the DBA chose may make it: EXECUTE is revoked from PUBLIC.
+#[pg_extern(volatile, parallel_restricted)]
+fn snowflake_advance_horizon() -> i64 {
+    read_horizon("snowflake_advance_horizon()", true)
+}
+
+fn read_horizon(function: &str, advance: bool) -> i64 {
     if !config::preloaded() {
-        errors::not_preloaded("snowflake_horizon()");
+        errors::not_preloaded(function);
     }
     if unsafe { pg_sys::RecoveryInProgress() } {
         errors::raise(
             PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
-            "cannot execute snowflake_horizon() during recovery".into(),
+            format!("cannot execute {function} during recovery"),
             Some("Which transactions hold IDs is known only to the primary that issued them.".into()),
             Some("Read the horizon that the primary publishes into a table (see \"Reading in ID order\" in the README)."),
         );
@@ -395,7 +410,7 @@ fn snowflake_horizon() -> i64 {
     if unsafe { SEGMENT.is_null() } {
         errors::raise(
             PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
-            "snowflake_horizon() is not available: snowflake.track_horizon is off".into(),
+            format!("{function} is not available: snowflake.track_horizon is off"),
             None,
             Some("Set snowflake.track_horizon = on in postgresql.conf and restart the server."),
         );
@@ -406,7 +421,9 @@ fn snowflake_horizon() -> i64 {
         return horizon(i64::MAX, [UNKNOWN]);
     }
     purge_ended();
-    advance_idle_generator();
+    if advance {
+        advance_idle_generator();
+    }
     let node = config::node();
     let shared = GENERATOR.share();
     let p = position(shared.state.last_ms, shared.state.last_seq, node);
@@ -424,7 +441,9 @@ fn snowflake_horizon() -> i64 {
 extension_sql!(
     r#"
 COMMENT ON FUNCTION snowflake_horizon() IS 'The largest ID such that no transaction of this server still in progress holds or can obtain an ID at or below it: read it before a query, then read rows up to it';
+REVOKE EXECUTE ON FUNCTION snowflake_advance_horizon() FROM PUBLIC;
+COMMENT ON FUNCTION snowflake_advance_horizon() IS 'snowflake_horizon() after committing an idle generator to the previous millisecond, so that an idle writer''s published horizon keeps up with time; for the role that publishes horizons';
 "#,
     name = "snowflake_horizon_comment",
-    requires = [snowflake_horizon]
+    requires = [snowflake_horizon, snowflake_advance_horizon]
 );

@@ -227,6 +227,7 @@ _snowflake_adopt_switch(regclass,name,bigint[]) v t u
 _snowflake_create_partitions(regclass,timestamp with time zone,timestamp with time zone,interval) v t u
 _snowflake_drop_partitions(regclass,timestamp with time zone) v t u
 snowflake_adopt(regclass,name) v t u
+snowflake_advance_horizon() v t r
 snowflake_compose(timestamp with time zone,integer,integer,integer) i t s
 snowflake_create_partitions(regclass,timestamp with time zone,timestamp with time zone,interval) v t u
 snowflake_datacenter_id(bigint) i t s

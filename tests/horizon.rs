@@ -95,16 +95,29 @@ fn the_horizon_stays_below_every_id_an_open_transaction_holds() {
     let before = horizon(&c);
     let last = c.sql_i64("INSERT INTO events (payload) VALUES ('x') RETURNING id");
     assert!(before < last);
-    // Nothing open: the horizon is at least the last ID issued, and it keeps up with the clock
-    // while the server is idle (every later ID is above it).
+    // Nothing open: the horizon is the last ID issued. Reading it commits the server to
+    // nothing: on an idle server it stays there.
     let idle = horizon(&c);
-    assert!(idle >= last);
+    assert_eq!(idle, last);
     std::thread::sleep(Duration::from_millis(50));
-    let later = horizon(&c);
+    assert_eq!(horizon(&c), idle, "reading the horizon moved the generator");
+    // Advancing it (the publisher's call) keeps it up with the clock while the server is idle
+    // (every later ID is above it); PUBLIC may not.
+    let later = c.sql_i64("SELECT snowflake_advance_horizon()");
     assert!(
         later > idle + (40 << 22),
-        "an idle server's horizon did not follow the clock: {idle} then {later}"
+        "an idle server's advanced horizon did not follow the clock: {idle} then {later}"
     );
+    c.sql("CREATE ROLE reader LOGIN");
+    assert_eq!(
+        c.try_sql_as("reader", "SELECT snowflake_horizon() >= 0")
+            .unwrap(),
+        "t"
+    );
+    let e = c
+        .try_sql_as("reader", "SELECT snowflake_advance_horizon()")
+        .expect_err("PUBLIC advanced the horizon");
+    assert_eq!(e.sqlstate, "42501", "{}", e.raw);
     let next = c.sql_i64("INSERT INTO events (payload) VALUES ('x') RETURNING id");
     assert!(next > later);
 
@@ -622,4 +635,24 @@ fn prepare_without_prepared_transactions_is_postgresqls_own_error() {
         "{}",
         e.raw
     );
+}
+
+/// Reading the horizon commits an idle server to nothing: no lease is written and no position
+/// taken, so a clock that is ahead while a reader polls leaves no trace once it is corrected
+/// (1.4.0 moved the generator to the clock and had a lease written for any reader).
+#[test]
+fn reading_the_horizon_of_an_idle_server_writes_nothing() {
+    let mut c = Cluster::new("horizon-read-only", "");
+    c.start();
+    c.sql("CREATE EXTENSION snowflake; CREATE ROLE reader LOGIN");
+    for _ in 0..5 {
+        c.try_sql_as("reader", "SELECT snowflake_horizon()")
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(
+        c.sql("SELECT last_timestamp IS NULL, lease_until IS NULL FROM snowflake_node()"),
+        "t|t"
+    );
+    assert_eq!(c.sql("SELECT last_value FROM _snowflake.lease_ms"), "0");
 }
