@@ -41,13 +41,24 @@ fn own_function(name: &str) -> pg_sys::Oid {
 
 /// The owner of table `rel`, after checking that the caller has its privileges.
 fn owner_for(rel: pg_sys::Oid, function: &str) -> pg_sys::Oid {
-    let (owner, name) = Spi::get_two_with_args::<pg_sys::Oid, String>(
-        "SELECT c.relowner, pg_catalog.format('%s', c.oid::pg_catalog.regclass)
-           FROM pg_catalog.pg_class c WHERE c.oid OPERATOR(pg_catalog.=) $1",
-        &[rel.into()],
-    )
-    .expect("read the table's owner");
-    let Some(owner) = owner else {
+    let found = Spi::connect(|client| {
+        client
+            .select(
+                "SELECT c.relowner, pg_catalog.format('%s', c.oid::pg_catalog.regclass)
+                   FROM pg_catalog.pg_class c WHERE c.oid OPERATOR(pg_catalog.=) $1",
+                None,
+                &[rel.into()],
+            )
+            .expect("read the table's owner")
+            .next()
+            .and_then(|row| {
+                Some((
+                    row.get::<pg_sys::Oid>(1).ok().flatten()?,
+                    row.get::<String>(2).ok().flatten().unwrap_or_default(),
+                ))
+            })
+    });
+    let Some((owner, name)) = found else {
         errors::raise(
             PgSqlErrorCode::ERRCODE_UNDEFINED_TABLE,
             format!("relation with OID {} does not exist", rel.to_u32()),
@@ -59,7 +70,7 @@ fn owner_for(rel: pg_sys::Oid, function: &str) -> pg_sys::Oid {
     if !unsafe { pg_sys::has_privs_of_role(pg_sys::GetUserId(), owner) } {
         errors::raise(
             PgSqlErrorCode::ERRCODE_INSUFFICIENT_PRIVILEGE,
-            format!("must be owner of table {}", name.unwrap_or_default()),
+            format!("must be owner of table {name}"),
             Some(format!(
                 "{function} acts as the owner of the table it works on; its caller must have that role's privileges."
             )),

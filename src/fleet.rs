@@ -103,62 +103,43 @@ fn my_lease_id(node: Node) -> i64 {
 }
 
 /// The subscriptions of this database that carry `_snowflake.claims` here, and what their apply
-/// workers are doing. PostgreSQL 14 counts no apply errors (its failing workers show as replaced
-/// ones); from 16 a subscription may have parallel apply workers, told apart by `leader_pid`.
+/// workers are doing (`read_paths`). Two columns differ by major: PostgreSQL 14 counts no apply
+/// errors (its failing workers show as replaced ones), and from 16 a subscription may have
+/// parallel apply workers, told apart from its leader by `leader_pid`.
 #[cfg(feature = "pg14")]
-const PATHS_SQL: &str = "
-    SELECT s.subname::pg_catalog.text, s.subenabled, w.pid,
-           (pg_catalog.date_part('epoch', pg_catalog.clock_timestamp() OPERATOR(pg_catalog.-) w.last_msg_receipt_time)
-              OPERATOR(pg_catalog.*) 1000::pg_catalog.float8)::pg_catalog.int8,
-           NULL::pg_catalog.int8
-      FROM pg_catalog.pg_subscription s
-      LEFT JOIN pg_catalog.pg_stat_subscription w
-        ON w.subid OPERATOR(pg_catalog.=) s.oid AND w.relid IS NULL AND w.pid IS NOT NULL
-     WHERE s.subdbid OPERATOR(pg_catalog.=) (SELECT d.oid FROM pg_catalog.pg_database d
-                                              WHERE d.datname OPERATOR(pg_catalog.=) pg_catalog.current_database())
-       AND EXISTS (SELECT FROM pg_catalog.pg_subscription_rel r
-                    WHERE r.srsubid OPERATOR(pg_catalog.=) s.oid
-                      AND r.srrelid OPERATOR(pg_catalog.=) '_snowflake.claims'::pg_catalog.regclass)
-     ORDER BY 1";
-#[cfg(feature = "pg15")]
-const PATHS_SQL: &str = "
-    SELECT s.subname::pg_catalog.text, s.subenabled, w.pid,
-           (pg_catalog.date_part('epoch', pg_catalog.clock_timestamp() OPERATOR(pg_catalog.-) w.last_msg_receipt_time)
-              OPERATOR(pg_catalog.*) 1000::pg_catalog.float8)::pg_catalog.int8,
-           (SELECT t.apply_error_count FROM pg_catalog.pg_stat_subscription_stats t
-             WHERE t.subid OPERATOR(pg_catalog.=) s.oid)
-      FROM pg_catalog.pg_subscription s
-      LEFT JOIN pg_catalog.pg_stat_subscription w
-        ON w.subid OPERATOR(pg_catalog.=) s.oid AND w.relid IS NULL AND w.pid IS NOT NULL
-     WHERE s.subdbid OPERATOR(pg_catalog.=) (SELECT d.oid FROM pg_catalog.pg_database d
-                                              WHERE d.datname OPERATOR(pg_catalog.=) pg_catalog.current_database())
-       AND EXISTS (SELECT FROM pg_catalog.pg_subscription_rel r
-                    WHERE r.srsubid OPERATOR(pg_catalog.=) s.oid
-                      AND r.srrelid OPERATOR(pg_catalog.=) '_snowflake.claims'::pg_catalog.regclass)
-     ORDER BY 1";
+const APPLY_ERRORS: &str = "NULL::pg_catalog.int8";
+#[cfg(not(feature = "pg14"))]
+const APPLY_ERRORS: &str =
+    "(SELECT t.apply_error_count FROM pg_catalog.pg_stat_subscription_stats t
+                             WHERE t.subid OPERATOR(pg_catalog.=) s.oid)";
+#[cfg(any(feature = "pg14", feature = "pg15"))]
+const LEADER_ONLY: &str = "";
 #[cfg(not(any(feature = "pg14", feature = "pg15")))]
-const PATHS_SQL: &str = "
-    SELECT s.subname::pg_catalog.text, s.subenabled, w.pid,
-           (pg_catalog.date_part('epoch', pg_catalog.clock_timestamp() OPERATOR(pg_catalog.-) w.last_msg_receipt_time)
-              OPERATOR(pg_catalog.*) 1000::pg_catalog.float8)::pg_catalog.int8,
-           (SELECT t.apply_error_count FROM pg_catalog.pg_stat_subscription_stats t
-             WHERE t.subid OPERATOR(pg_catalog.=) s.oid)
-      FROM pg_catalog.pg_subscription s
-      LEFT JOIN pg_catalog.pg_stat_subscription w
-        ON w.subid OPERATOR(pg_catalog.=) s.oid AND w.relid IS NULL AND w.pid IS NOT NULL
-       AND w.leader_pid IS NULL
-     WHERE s.subdbid OPERATOR(pg_catalog.=) (SELECT d.oid FROM pg_catalog.pg_database d
-                                              WHERE d.datname OPERATOR(pg_catalog.=) pg_catalog.current_database())
-       AND EXISTS (SELECT FROM pg_catalog.pg_subscription_rel r
-                    WHERE r.srsubid OPERATOR(pg_catalog.=) s.oid
-                      AND r.srrelid OPERATOR(pg_catalog.=) '_snowflake.claims'::pg_catalog.regclass)
-     ORDER BY 1";
+const LEADER_ONLY: &str = "AND w.leader_pid IS NULL";
 
-/// The readings of `PATHS_SQL`, inside the caller's transaction.
+fn paths_sql() -> String {
+    format!(
+        "SELECT s.subname::pg_catalog.text, s.subenabled, w.pid,
+                (pg_catalog.date_part('epoch', pg_catalog.clock_timestamp() OPERATOR(pg_catalog.-) w.last_msg_receipt_time)
+                   OPERATOR(pg_catalog.*) 1000::pg_catalog.float8)::pg_catalog.int8,
+                {APPLY_ERRORS}
+           FROM pg_catalog.pg_subscription s
+           LEFT JOIN pg_catalog.pg_stat_subscription w
+             ON w.subid OPERATOR(pg_catalog.=) s.oid AND w.relid IS NULL AND w.pid IS NOT NULL {LEADER_ONLY}
+          WHERE s.subdbid OPERATOR(pg_catalog.=) (SELECT d.oid FROM pg_catalog.pg_database d
+                                                   WHERE d.datname OPERATOR(pg_catalog.=) pg_catalog.current_database())
+            AND EXISTS (SELECT FROM pg_catalog.pg_subscription_rel r
+                         WHERE r.srsubid OPERATOR(pg_catalog.=) s.oid
+                           AND r.srrelid OPERATOR(pg_catalog.=) '_snowflake.claims'::pg_catalog.regclass)
+          ORDER BY 1"
+    )
+}
+
+/// The readings of `paths_sql()`, inside the caller's transaction.
 fn read_paths() -> Vec<PathReading> {
     Spi::connect(|client| {
         client
-            .select(PATHS_SQL, None, &[])
+            .select(&paths_sql(), None, &[])
             .expect("read the subscriptions that carry the claims")
             .map(|row| PathReading {
                 subscription: row.get::<String>(1).ok().flatten().unwrap_or_default(),

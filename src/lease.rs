@@ -138,9 +138,21 @@ const DATABASE_SETTINGS_SQL: &str = "
 /// and `snowflake_lease_worker_main` checks afterwards that the worker acts as a superuser.
 /// Returns the names that were set back.
 fn forget_database_settings() -> Vec<String> {
-    // Nothing of the owner's may resolve while the settings are read, and they are read as the
-    // superuser the worker is.
-    set_for_session(c"search_path", c"pg_catalog, pg_temp");
+    // Before the first transaction: the worker's own transaction defaults (a serializable,
+    // read-only, deferrable default would make that transaction wait for a safe snapshot as long
+    // as another serializable transaction stays open, a prepared one across restarts), nothing
+    // of the owner's on the search_path, and the worker acting as the bootstrap superuser it
+    // connected as: `session_authorization` and `role`, which `pg_settings` does not show, can be
+    // set for a database too.
+    pin_session();
+    // (Its check looks the role up, so inside a transaction; a SET that is not LOCAL outlives it.)
+    BackgroundWorker::transaction(|| {
+        // SAFETY: a syscache lookup of a role that always exists, inside a transaction.
+        let name = unsafe {
+            pg_sys::GetUserNameFromId(pg_sys::Oid::from(pg_sys::BOOTSTRAP_SUPERUSERID), false)
+        };
+        set_for_session(c"session_authorization", unsafe { CStr::from_ptr(name) });
+    });
     set_for_session(c"role", c"none");
     let found: Vec<(String, Option<String>, Option<String>)> =
         BackgroundWorker::transaction(|| {
@@ -162,6 +174,8 @@ fn forget_database_settings() -> Vec<String> {
     for (name, boot, context) in found {
         let value = match (name.as_str(), context.as_deref()) {
             ("role", _) => "none".to_string(),
+            // Set back above, before any of them was read.
+            ("session_authorization", _) => continue,
             (_, Some("user" | "superuser")) => boot.unwrap_or_default(),
             _ => continue,
         };

@@ -429,20 +429,45 @@ const RECIPE_TRAPS: &str = r#"
     ALTER DATABASE app SET search_path = "$user", public, pg_catalog;
     CREATE TABLE orders (id bigserial PRIMARY KEY, note text);
     INSERT INTO orders (note) SELECT 'old' FROM generate_series(1, 3);
-    CREATE TABLE events (id bigint PRIMARY KEY DEFAULT public.snowflake_nextval(), payload text)
-        PARTITION BY RANGE (id);"#;
+    CREATE TABLE events (id bigint PRIMARY KEY DEFAULT snowflake.snowflake_nextval(), payload text)
+        PARTITION BY RANGE (id);
+"#;
+
+/// On 15 and later the database's owner owns `public` and may rename it, with what is in it: a
+/// schema of that name is then whatever it creates.
+const RENAME_PUBLIC: &str = "
+    ALTER SCHEMA public RENAME TO sf_old;
+    CREATE SCHEMA public;
+    GRANT USAGE ON SCHEMA public TO PUBLIC;
+    ALTER FUNCTION sf_old.escalate() SET SCHEMA public;
+    ALTER TABLE sf_old.orders SET SCHEMA public;
+    ALTER TABLE sf_old.events SET SCHEMA public;";
+
+/// Stand-ins with the extension's own signatures in `public` (where the extension is not).
+const PUBLIC_STAND_INS: &str = "
+    CREATE FUNCTION public.snowflake_adopt(regclass, name DEFAULT 'id') RETURNS bigint LANGUAGE sql
+      AS 'SELECT public.escalate(); SELECT 0::bigint';
+    CREATE FUNCTION public.snowflake_create_partitions(regclass, timestamptz, timestamptz, interval DEFAULT '1 day')
+      RETURNS SETOF regclass LANGUAGE sql AS 'SELECT public.escalate(); SELECT NULL::regclass WHERE false';";
 
 fn hostile_app(name: &str) -> Cluster {
     let mut c = Cluster::new(name, "snowflake.worker_id = 9");
     c.start();
     c.sql("CREATE ROLE appowner LOGIN");
     c.sql("CREATE DATABASE app OWNER appowner");
-    c.try_sql_in("app", "CREATE EXTENSION snowflake SCHEMA public")
+    // As Security recommends for a database another role owns: the extension in a schema that
+    // a superuser owns.
+    c.try_sql_in("app", "CREATE SCHEMA snowflake; GRANT USAGE ON SCHEMA snowflake TO PUBLIC; CREATE EXTENSION snowflake SCHEMA snowflake")
         .unwrap();
+    let rename = if common::pg_major() >= 15 {
+        RENAME_PUBLIC
+    } else {
+        ""
+    };
     let out = c
         .psql_cmd_as("appowner", "app")
         .arg("-c")
-        .arg(RECIPE_TRAPS)
+        .arg(format!("{RECIPE_TRAPS}{rename}{PUBLIC_STAND_INS}"))
         .output()
         .unwrap();
     assert!(
@@ -480,7 +505,7 @@ fn the_recipes_a_superuser_runs_resolve_only_to_the_extension() {
     assert_eq!(
         c.try_sql_in("app", "SET search_path = pg_catalog; SELECT pg_get_expr(adbin, adrelid) FROM pg_attrdef WHERE adrelid = 'public.orders'::regclass")
             .unwrap(),
-        "public.snowflake_nextval()"
+        "snowflake.snowflake_nextval()"
     );
     // The partition job, as pg_cron would run it.
     let job = common::readme_recipe("partitions-cron");
@@ -495,16 +520,69 @@ fn the_recipes_a_superuser_runs_resolve_only_to_the_extension() {
         "the partition job ran the owner's code"
     );
     assert_eq!(
-        c.try_sql_in("app", "SET search_path = pg_catalog; SELECT count(*) FROM public.snowflake_partitions('public.events')")
+        c.try_sql_in("app", "SET search_path = pg_catalog; SELECT count(*) FROM snowflake.snowflake_partitions('public.events')")
             .unwrap(),
         "7"
     );
 }
 
-/// The traps above are live: the 1.4.0 README's unqualified call makes the owner a superuser.
+/// The traps above are live: the 1.4.0 README's unqualified call, and a call qualified with
+/// `public` (which the owner renamed and made again), make the owner a superuser.
 #[test]
 fn the_recipe_traps_catch_an_unqualified_call() {
-    let c = hostile_app("recipes-traps-live");
-    superuser_runs(&c, "SELECT snowflake_adopt('orders');");
-    assert_eq!(is_superuser(&c, "appowner"), "t");
+    for call in [
+        "SELECT snowflake_adopt('orders');",
+        "SET search_path = pg_catalog, pg_temp; SELECT public.snowflake_adopt('public.orders'::regclass);",
+    ] {
+        let c = hostile_app("recipes-traps-live");
+        superuser_runs(&c, call);
+        assert_eq!(is_superuser(&c, "appowner"), "t", "{call}");
+    }
+}
+
+/// Settings `pg_settings` does not show (`session_authorization`) and transaction defaults that
+/// would make the worker's first transaction wait for a serializable one the owner keeps
+/// prepared: the worker still starts, acts as the superuser, and IDs flow.
+#[test]
+fn hidden_settings_and_transaction_defaults_of_the_database_do_not_stop_the_worker() {
+    let mut c = Cluster::new(
+        "owner-session",
+        "snowflake.worker_id = 9\nmax_prepared_transactions = 4",
+    );
+    c.start();
+    c.sql("CREATE ROLE appowner LOGIN CREATEDB");
+    c.sql("CREATE DATABASE app OWNER appowner");
+    c.sql("CREATE EXTENSION snowflake");
+    let as_owner = |sql: &str| {
+        let out = c
+            .psql_cmd_as("appowner", "app")
+            .arg("-c")
+            .arg(sql)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{sql}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    as_owner(
+        "CREATE TABLE x (i int);
+         ALTER DATABASE app SET default_transaction_isolation = 'serializable';
+         ALTER DATABASE app SET default_transaction_read_only = on;
+         ALTER DATABASE app SET default_transaction_deferrable = on;
+         ALTER DATABASE app SET session_authorization = 'appowner'",
+    );
+    as_owner("BEGIN ISOLATION LEVEL SERIALIZABLE READ WRITE; INSERT INTO x VALUES (1); PREPARE TRANSACTION 'hold'");
+    c.sql("ALTER SYSTEM SET snowflake.database = 'app'");
+    c.stop("fast");
+    c.start();
+    assert_eq!(c.sql("SELECT count(*) FROM pg_prepared_xacts"), "1");
+    c.wait_for("SELECT snowflake_nextval() > 0", "t", 30);
+    assert!(
+        !c.log().contains("does not run as a superuser"),
+        "{}",
+        c.log()
+    );
+    assert_eq!(is_superuser(&c, "appowner"), "f");
 }
