@@ -250,3 +250,13 @@ LANGUAGE c
 AS 'MODULE_PATHNAME', 'snowflake_advance_horizon_wrapper';
 REVOKE EXECUTE ON FUNCTION snowflake_advance_horizon() FROM PUBLIC;
 COMMENT ON FUNCTION snowflake_advance_horizon() IS 'snowflake_horizon() after committing an idle generator to the previous millisecond, so that an idle writer''s published horizon keeps up with time; for the role that publishes horizons';
+
+CREATE FUNCTION "snowflake_horizon_holders"() RETURNS TABLE (
+	"pid" INT,
+	"prepared_xid" bigint,
+	"held_id" bigint
+)
+STRICT VOLATILE PARALLEL RESTRICTED
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'snowflake_horizon_holders_wrapper';
+COMMENT ON FUNCTION snowflake_horizon_holders() IS 'Who holds the horizon back: the backends (pid) and prepared transactions (prepared_xid) whose open transaction holds an ID, with the smallest ID each holds';

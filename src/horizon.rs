@@ -18,7 +18,11 @@
 //!   transaction stays in the proc array until COMMIT/ROLLBACK PREPARED has made it visible;
 //! - shared memory starts empty after a restart, but transactions prepared before it survive: the
 //!   first `snowflake_horizon()` enters every prepared transaction it does not know as holding
-//!   `UNKNOWN` (below every ID).
+//!   `UNKNOWN` (below every ID), after purging the entries of transactions that ended;
+//! - the prepared table has `max_prepared_transactions` entries, as many as PostgreSQL lets be
+//!   prepared at once, so once ended ones are purged every prepared transaction fits. If one does
+//!   not anyway, nothing is skipped: PREPARE fails (53400) rather than hold no entry, and a scan
+//!   that cannot record a survivor reports -1 and runs again at the next call.
 
 use crate::config;
 use crate::core::horizon::{advance, horizon, position, EMPTY, UNKNOWN};
@@ -438,12 +442,67 @@ fn read_horizon(function: &str, advance: bool) -> i64 {
     horizon(p, held)
 }
 
+/// Who holds the horizon back: every backend whose open transaction holds an ID (`pid`, as in
+/// `pg_stat_activity`), and every prepared transaction (`prepared_xid`, as in
+/// `pg_prepared_xacts`), each with the smallest ID it holds (0 for a transaction prepared before
+/// the last restart, whose IDs are unknown). A parallel worker's IDs show under its leader.
+#[pg_extern(volatile, parallel_restricted)]
+#[allow(clippy::type_complexity)]
+fn snowflake_horizon_holders() -> TableIterator<
+    'static,
+    (
+        name!(pid, Option<i32>),
+        name!(prepared_xid, Option<i64>),
+        name!(held_id, i64),
+    ),
+> {
+    if !config::preloaded() {
+        errors::not_preloaded("snowflake_horizon_holders()");
+    }
+    if unsafe { SEGMENT.is_null() } {
+        errors::raise(
+            PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+            "snowflake_horizon_holders() is not available: snowflake.track_horizon is off".into(),
+            None,
+            Some("Set snowflake.track_horizon = on in postgresql.conf and restart the server."),
+        );
+    }
+    if unsafe { !(*SEGMENT).scanned.load(Ordering::Acquire) } {
+        scan_survivors();
+    }
+    purge_ended();
+    let mut rows = Vec::new();
+    {
+        let _lock = GENERATOR.share();
+        let h = unsafe { SEGMENT };
+        let slots = unsafe { std::slice::from_raw_parts(slots_ptr(h), (*h).slots) };
+        for (i, slot) in slots.iter().enumerate() {
+            let held = slot.load(Ordering::Acquire);
+            if held != EMPTY {
+                // SAFETY: slot i is the PGPROC of index i (see `slot_of`), within allProcs.
+                let pid = unsafe { (*(*pg_sys::ProcGlobal).allProcs.add(i)).pid };
+                rows.push((Some(pid), None, held));
+            }
+        }
+        for e in prepared_table().iter().filter(|e| e.xid != 0) {
+            rows.push((None, Some(e.xid as i64), e.min_id));
+        }
+    }
+    rows.sort_by_key(|r| r.2);
+    TableIterator::new(rows)
+}
+
 extension_sql!(
     r#"
+COMMENT ON FUNCTION snowflake_horizon_holders() IS 'Who holds the horizon back: the backends (pid) and prepared transactions (prepared_xid) whose open transaction holds an ID, with the smallest ID each holds';
 COMMENT ON FUNCTION snowflake_horizon() IS 'The largest ID such that no transaction of this server still in progress holds or can obtain an ID at or below it: read it before a query, then read rows up to it';
 REVOKE EXECUTE ON FUNCTION snowflake_advance_horizon() FROM PUBLIC;
 COMMENT ON FUNCTION snowflake_advance_horizon() IS 'snowflake_horizon() after committing an idle generator to the previous millisecond, so that an idle writer''s published horizon keeps up with time; for the role that publishes horizons';
 "#,
     name = "snowflake_horizon_comment",
-    requires = [snowflake_horizon, snowflake_advance_horizon]
+    requires = [
+        snowflake_horizon,
+        snowflake_advance_horizon,
+        snowflake_horizon_holders
+    ]
 );

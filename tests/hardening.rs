@@ -236,6 +236,7 @@ snowflake_drop_partitions(regclass,timestamp with time zone) v t u
 snowflake_from_base32(text) i t s
 snowflake_from_base62(text) i t s
 snowflake_horizon() v t r
+snowflake_horizon_holders() v t r
 snowflake_max_id(timestamp with time zone) i t s
 snowflake_min_id(timestamp with time zone) i t s
 snowflake_nextval() v t s

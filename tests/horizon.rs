@@ -656,3 +656,34 @@ fn reading_the_horizon_of_an_idle_server_writes_nothing() {
     );
     assert_eq!(c.sql("SELECT last_value FROM _snowflake.lease_ms"), "0");
 }
+
+/// Who holds the horizon back, as the README's query shows it: a session with an ID in its open
+/// transaction and a prepared transaction, each with the smallest ID it holds; nobody once they
+/// end.
+#[test]
+fn the_holders_of_the_horizon_are_named() {
+    let mut c = Cluster::new("horizon-holders", "max_prepared_transactions = 2");
+    c.start();
+    c.sql("CREATE EXTENSION snowflake; CREATE TABLE ev (id bigint PRIMARY KEY DEFAULT snowflake_nextval(), p text)");
+    let holders = common::readme_recipe("horizon-holders");
+    assert_eq!(c.script(&holders).unwrap(), "");
+    c.script("BEGIN;\nINSERT INTO ev (p) VALUES ('prepared');\nPREPARE TRANSACTION 'p1';")
+        .unwrap();
+    let mut s = Session::open(&c);
+    let held = s.one("BEGIN; INSERT INTO ev (p) VALUES ('open') RETURNING id;");
+    let pid = s.one("SELECT pg_backend_pid();");
+    let out = c.script(&holders).unwrap();
+    let rows: Vec<&str> = out.lines().collect();
+    assert_eq!(rows.len(), 2, "{out}");
+    assert!(
+        rows[0].contains("|p1|postgres|"),
+        "the prepared one first (its ID is older): {out}"
+    );
+    assert!(
+        rows[1].starts_with(&format!("{held}|{pid}|postgres|idle in transaction|")),
+        "{out}"
+    );
+    s.run("COMMIT;");
+    c.sql("COMMIT PREPARED 'p1'");
+    assert_eq!(c.script(&holders).unwrap(), "");
+}
