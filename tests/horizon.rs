@@ -687,3 +687,33 @@ fn the_holders_of_the_horizon_are_named() {
     c.sql("COMMIT PREPARED 'p1'");
     assert_eq!(c.script(&holders).unwrap(), "");
 }
+
+/// An ordinary role reads the horizon of an idle server while its clock is an hour ahead; the
+/// clock is corrected and the server restarted: it issues IDs at once, by the right clock (1.4.0
+/// had committed the generator, and a lease, to the wrong hour). The reader's backend is what
+/// reads the clock here, so this holds on every major (libfaketime reaches backends on all).
+#[test]
+fn a_reader_during_a_clock_ahead_leaves_no_trace() {
+    let mut c = Cluster::new("horizon-clock-ahead", "");
+    c.fake_time(None);
+    c.start();
+    c.sql("CREATE EXTENSION snowflake; CREATE ROLE reader LOGIN");
+    c.set_fake_offset("+3600s");
+    assert!(c.clock_offset_s() > 3500.0, "the clock did not move");
+    for _ in 0..5 {
+        c.try_sql_as("reader", "SELECT snowflake_horizon()")
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    c.set_fake_offset("+0s");
+    c.stop("fast");
+    c.start();
+    let id = c.sql_i64("SELECT snowflake_nextval()");
+    assert_eq!(
+        c.sql(&format!(
+            "SELECT abs(extract(epoch FROM snowflake_timestamp({id}) - now())) < 60"
+        )),
+        "t",
+        "the first ID after the correction is not dated by the corrected clock"
+    );
+}
