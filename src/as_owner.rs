@@ -44,7 +44,8 @@ fn owner_for(rel: pg_sys::Oid, function: &str) -> pg_sys::Oid {
     let found = Spi::connect(|client| {
         client
             .select(
-                "SELECT c.relowner, pg_catalog.format('%s', c.oid::pg_catalog.regclass)
+                "SELECT c.relowner, pg_catalog.encode(pg_catalog.convert_to(
+                        pg_catalog.format('%s', c.oid::pg_catalog.regclass), 'UTF8'), 'escape')
                    FROM pg_catalog.pg_class c WHERE c.oid OPERATOR(pg_catalog.=) $1",
                 None,
                 &[rel.into()],

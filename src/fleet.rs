@@ -119,7 +119,8 @@ const LEADER_ONLY: &str = "AND w.leader_pid IS NULL";
 
 fn paths_sql() -> String {
     format!(
-        "SELECT s.subname::pg_catalog.text, s.subenabled, w.pid,
+        "SELECT pg_catalog.encode(pg_catalog.convert_to(s.subname::pg_catalog.text, 'UTF8'), 'escape'),
+                s.subenabled, w.pid,
                 (pg_catalog.date_part('epoch', pg_catalog.clock_timestamp() OPERATOR(pg_catalog.-) w.last_msg_receipt_time)
                    OPERATOR(pg_catalog.*) 1000::pg_catalog.float8)::pg_catalog.int8,
                 {APPLY_ERRORS}

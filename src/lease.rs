@@ -116,7 +116,7 @@ fn pin_session() {
 /// So none of them is kept, whatever it is named: a list of dangerous settings would miss the
 /// next one.
 const DATABASE_SETTINGS_SQL: &str = "
-    SELECT n.name, s.boot_val::pg_catalog.text, s.context::pg_catalog.text
+    SELECT pg_catalog.textsend(n.name), s.boot_val::pg_catalog.text, s.context::pg_catalog.text
       FROM (SELECT DISTINCT pg_catalog.lower(pg_catalog.split_part(c.cfg, '=', 1)) AS name
               FROM pg_catalog.pg_db_role_setting d
               CROSS JOIN LATERAL pg_catalog.unnest(d.setconfig) AS c(cfg)
@@ -154,7 +154,9 @@ fn forget_database_settings() -> Vec<String> {
         set_for_session(c"session_authorization", unsafe { CStr::from_ptr(name) });
     });
     set_for_session(c"role", c"none");
-    let found: Vec<(String, Option<String>, Option<String>)> =
+    // A setting's name as bytes in the database's encoding (a placeholder may be named in any
+    // letters: a LATIN1 name is no UTF-8 string); built-in values and contexts are ASCII.
+    let found: Vec<(Vec<u8>, Option<String>, Option<String>)> =
         BackgroundWorker::transaction(|| {
             Spi::connect(|client| {
                 client
@@ -162,7 +164,7 @@ fn forget_database_settings() -> Vec<String> {
                     .expect("read the settings of the database and its roles")
                     .map(|row| {
                         (
-                            row.get::<String>(1).ok().flatten().unwrap_or_default(),
+                            row.get::<Vec<u8>>(1).ok().flatten().unwrap_or_default(),
                             row.get::<String>(2).ok().flatten(),
                             row.get::<String>(3).ok().flatten(),
                         )
@@ -172,16 +174,16 @@ fn forget_database_settings() -> Vec<String> {
         });
     let mut reset = Vec::new();
     for (name, boot, context) in found {
-        let value = match (name.as_str(), context.as_deref()) {
-            ("role", _) => "none".to_string(),
+        let value = match (name.as_slice(), context.as_deref()) {
+            (b"role", _) => "none".to_string(),
             // Set back above, before any of them was read.
-            ("session_authorization", _) => continue,
+            (b"session_authorization", _) => continue,
             (_, Some("user" | "superuser")) => boot.unwrap_or_default(),
             _ => continue,
         };
-        if let (Ok(n), Ok(v)) = (CString::new(name.as_str()), CString::new(value)) {
+        if let (Ok(n), Ok(v)) = (CString::new(name.clone()), CString::new(value)) {
             set_for_session(&n, &v);
-            reset.push(name);
+            reset.push(name.escape_ascii().to_string());
         }
     }
     pin_session();
@@ -206,7 +208,8 @@ fn connect() {
 /// schema and everything the worker uses are created by the worker, as superuser: someone else's
 /// could be lowered, dropped or changed under it.
 const FOREIGN_SQL: &str = "
-    SELECT o.kind, o.name, r.rolname::pg_catalog.text
+    SELECT o.kind, pg_catalog.encode(pg_catalog.convert_to(o.name, 'UTF8'), 'escape'),
+           pg_catalog.encode(pg_catalog.convert_to(r.rolname::pg_catalog.text, 'UTF8'), 'escape')
       FROM (SELECT 'schema'::pg_catalog.text AS kind, n.nspname::pg_catalog.text AS name,
                    n.nspowner AS owner
               FROM pg_catalog.pg_namespace n
@@ -221,7 +224,9 @@ const FOREIGN_SQL: &str = "
      WHERE NOT r.rolsuper
      ORDER BY 1 DESC, 2";
 
-/// The first `_snowflake` object no superuser owns, as ("schema _snowflake", owner).
+/// The first `_snowflake` object no superuser owns, as ("schema _snowflake", owner). Names come as
+/// ASCII (other bytes escaped, `\ooo`) whatever the database's encoding: a Rust string must be
+/// UTF-8, and a LATIN1 name would otherwise stop the worker.
 fn foreign_object() -> Option<(String, String)> {
     Spi::connect(|client| {
         client

@@ -586,3 +586,56 @@ fn hidden_settings_and_transaction_defaults_of_the_database_do_not_stop_the_work
     );
     assert_eq!(is_superuser(&c, "appowner"), "f");
 }
+
+/// A LATIN1 lease database whose owner names things outside ASCII (a setting of a placeholder,
+/// a table): the worker starts, and a refused call is 42501, never a panic (a name that is not
+/// UTF-8 made a Rust string conversion fail: XX000, and a worker that restarts forever).
+#[test]
+fn names_outside_ascii_in_a_latin1_database_stop_nothing() {
+    let mut c = Cluster::new("latin1-owner", "snowflake.worker_id = 9");
+    c.start();
+    c.sql("CREATE ROLE appowner LOGIN; CREATE ROLE other LOGIN; CREATE EXTENSION snowflake");
+    c.sql("CREATE DATABASE app OWNER appowner ENCODING 'LATIN1' LC_COLLATE 'C' LC_CTYPE 'C' TEMPLATE template0");
+    c.try_sql_in(
+        "app",
+        "CREATE SCHEMA snowflake; GRANT USAGE ON SCHEMA snowflake TO PUBLIC; CREATE EXTENSION snowflake SCHEMA snowflake",
+    )
+    .unwrap();
+    // The clients speak UTF-8; the server stores LATIN1.
+    let utf8 = |c: &Cluster, user: &str, sql: &str| {
+        let out = c
+            .psql_cmd_as(user, "app")
+            .env("PGCLIENTENCODING", "UTF8")
+            .arg("-c")
+            .arg(sql)
+            .output()
+            .unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stderr).to_string(),
+        )
+    };
+    // (The owner may set a placeholder for its database from 15 on; on 14 only a superuser may.)
+    let (ok, err) = utf8(&c, "postgres", "ALTER DATABASE app SET \"é.x\" = 'é'");
+    assert!(ok, "{err}");
+    let (ok, err) = utf8(
+        &c,
+        "appowner",
+        "CREATE TABLE public.\"tablé\" (id bigint PRIMARY KEY)",
+    );
+    assert!(ok, "{err}");
+    c.sql("ALTER SYSTEM SET snowflake.database = 'app'");
+    c.stop("fast");
+    c.start();
+    c.wait_for("SELECT snowflake_nextval() > 0", "t", 30);
+    assert!(!c.log().contains("panicked"), "{}", c.log());
+    let (ok, err) = utf8(
+        &c,
+        "other",
+        "SELECT snowflake.snowflake_adopt('public.\"tablé\"'::regclass)",
+    );
+    assert!(!ok);
+    let e = common::parse_error(&err);
+    assert_eq!(e.sqlstate, "42501", "{}", e.raw);
+    assert!(e.message.contains("must be owner of table"), "{}", e.raw);
+}
