@@ -109,9 +109,9 @@ fn my_lease_id(node: Node) -> i64 {
 #[cfg(feature = "pg14")]
 const APPLY_ERRORS: &str = "NULL::pg_catalog.int8";
 #[cfg(not(feature = "pg14"))]
-const APPLY_ERRORS: &str =
-    "(SELECT t.apply_error_count FROM pg_catalog.pg_stat_subscription_stats t
-                             WHERE t.subid OPERATOR(pg_catalog.=) s.oid)";
+const APPLY_ERRORS: &str = "(SELECT t.apply_error_count OPERATOR(pg_catalog.+) t.sync_error_count
+                               FROM pg_catalog.pg_stat_subscription_stats t
+                              WHERE t.subid OPERATOR(pg_catalog.=) s.oid)";
 #[cfg(any(feature = "pg14", feature = "pg15"))]
 const LEADER_ONLY: &str = "";
 #[cfg(not(any(feature = "pg14", feature = "pg15")))]
@@ -123,15 +123,15 @@ fn paths_sql() -> String {
                 s.subenabled, w.pid,
                 (pg_catalog.date_part('epoch', pg_catalog.clock_timestamp() OPERATOR(pg_catalog.-) w.last_msg_receipt_time)
                    OPERATOR(pg_catalog.*) 1000::pg_catalog.float8)::pg_catalog.int8,
-                {APPLY_ERRORS}
+                {APPLY_ERRORS}, r.srsubstate::pg_catalog.text
            FROM pg_catalog.pg_subscription s
+           JOIN pg_catalog.pg_subscription_rel r
+             ON r.srsubid OPERATOR(pg_catalog.=) s.oid
+            AND r.srrelid OPERATOR(pg_catalog.=) '_snowflake.claims'::pg_catalog.regclass
            LEFT JOIN pg_catalog.pg_stat_subscription w
              ON w.subid OPERATOR(pg_catalog.=) s.oid AND w.relid IS NULL AND w.pid IS NOT NULL {LEADER_ONLY}
           WHERE s.subdbid OPERATOR(pg_catalog.=) (SELECT d.oid FROM pg_catalog.pg_database d
                                                    WHERE d.datname OPERATOR(pg_catalog.=) pg_catalog.current_database())
-            AND EXISTS (SELECT FROM pg_catalog.pg_subscription_rel r
-                         WHERE r.srsubid OPERATOR(pg_catalog.=) s.oid
-                           AND r.srrelid OPERATOR(pg_catalog.=) '_snowflake.claims'::pg_catalog.regclass)
           ORDER BY 1"
     )
 }
@@ -148,6 +148,12 @@ fn read_paths() -> Vec<PathReading> {
                 apply_pid: row.get::<i32>(3).ok().flatten(),
                 silent_ms: row.get::<i64>(4).ok().flatten().map(|ms| ms.max(0) as u64),
                 errors: row.get::<i64>(5).ok().flatten(),
+                table_state: row
+                    .get::<String>(6)
+                    .ok()
+                    .flatten()
+                    .and_then(|s| s.chars().next())
+                    .unwrap_or('?'),
             })
             .collect()
     })

@@ -711,3 +711,45 @@ fn a_peer_with_a_clock_far_behind_is_still_live() {
     ));
     assert!(eventually(15, || !refuses(&b)), "B did not resume");
 }
+
+/// A subscription that carries the claims, made again with `copy_data = true` (PostgreSQL's
+/// default): its copy of the claims table fails on the rows the table already holds (a duplicate
+/// key), and until the copy is done the apply worker skips every change of the table, while it
+/// runs and receives as if all were well. The other server's claim must not expire meanwhile.
+#[test]
+fn a_claims_copy_that_never_finishes_keeps_the_conflict() {
+    let mut a = node("copy-path-a", 1, 5);
+    let mut b = node("copy-path-b", 1, 5);
+    for c in [&mut a, &mut b] {
+        c.start();
+        c.sql(TABLE);
+    }
+    a.sql("CREATE PUBLICATION pub FOR TABLE _snowflake.claims");
+    let subscribe = |copy: bool| {
+        b.sql(&format!(
+            "CREATE SUBSCRIPTION sub_from_a CONNECTION '{}' PUBLICATION pub WITH (copy_data = {copy})",
+            a.conninfo()
+        ))
+    };
+    subscribe(false);
+    assert!(eventually(30, || refuses(&b)), "no refusal within 30 s");
+    b.sql("DROP SUBSCRIPTION sub_from_a");
+    subscribe(true);
+    thread::sleep(Duration::from_secs(30));
+    assert_ne!(
+        b.sql("SELECT srsubstate FROM pg_subscription_rel"),
+        "r",
+        "the copy finished: this test no longer shows what it is for"
+    );
+    assert!(
+        refuses(&b),
+        "B issued while its copy of the claims was not ready"
+    );
+    assert!(
+        b.log()
+            .contains("its copy of _snowflake.claims is not ready")
+            || b.log().contains("copy errors"),
+        "{}",
+        b.log()
+    );
+}

@@ -132,8 +132,13 @@ pub struct PathReading {
     pub apply_pid: Option<i32>,
     /// How long ago its apply worker last received a message, by this server's clock.
     pub silent_ms: Option<u64>,
-    /// Apply errors counted so far (PostgreSQL 15 and later; `None` on 14).
+    /// Apply and table-synchronisation errors counted so far (PostgreSQL 15 and later; `None`
+    /// on 14).
     pub errors: Option<i64>,
+    /// The state of `_snowflake.claims` in this subscription (`pg_subscription_rel.srsubstate`):
+    /// `'r'` once its copy is done. Until then the apply worker skips its changes, however well
+    /// it runs (and a copy that keeps failing leaves it so).
+    pub table_state: char,
 }
 
 /// A path that stopped carrying claims, or started again.
@@ -194,9 +199,14 @@ impl PathWatch {
             let silent = r.silent_ms.is_none_or(|ms| ms >= MIN_EXPIRY_MS);
             let why = if !r.enabled {
                 Some("it is disabled".to_string())
+            } else if r.table_state != 'r' {
+                Some(format!(
+                    "its copy of _snowflake.claims is not ready (state '{}' in pg_subscription_rel)",
+                    r.table_state
+                ))
             } else if new_errors {
                 Some(format!(
-                    "its apply worker failed ({} errors so far)",
+                    "its workers failed ({} apply and copy errors so far)",
                     r.errors.unwrap_or(0)
                 ))
             } else if r.apply_pid.is_none() {
@@ -488,6 +498,7 @@ mod tests {
             apply_pid: pid,
             silent_ms,
             errors,
+            table_state: 'r',
         }
     }
 
@@ -559,6 +570,30 @@ mod tests {
             w.observe(t, vec![reading(Some(11), Some(200), Some(1))]);
         }
         assert!(!w.claims_may_be_stale(t));
+    }
+
+    /// A copy of the claims table that has not finished (or keeps failing on a duplicate key):
+    /// the apply worker runs and receives, and skips every change of the table meanwhile.
+    #[test]
+    fn a_claims_table_not_yet_copied_holds_expiry_back() {
+        let mut w = PathWatch::default();
+        let copying = PathReading {
+            table_state: 'd',
+            ..reading(Some(7), Some(100), Some(0))
+        };
+        w.observe(0, vec![copying.clone()]);
+        let events = w.observe(REFRESH_MS, vec![copying.clone()]);
+        assert!(
+            matches!(&events[..], [PathEvent::Broke { why, .. }] if why.contains("not ready (state 'd'")),
+            "{events:?}"
+        );
+        assert!(w.claims_may_be_stale(50 * REFRESH_MS));
+        let failing = PathReading {
+            errors: Some(3),
+            ..copying
+        };
+        assert_eq!(w.observe(2 * REFRESH_MS, vec![failing]), vec![]);
+        assert!(w.claims_may_be_stale(2 * REFRESH_MS));
     }
 
     #[test]
