@@ -116,7 +116,7 @@ pub fn generator(e: GenError) -> ! {
             Some(format!(
                 "The clock is {behind_ms} ms behind the timestamp of the last issued ID; snowflake.max_clock_drift allows {max_drift_ms} ms."
             )),
-            Some("IDs resume by themselves once the clock catches up. To issue now, raise snowflake.max_clock_drift above the gap and reload (any gap up to the 41-bit range): new IDs are then dated that far in the future until real time catches up. If the clock was ahead and has been corrected, this is the gap it ran ahead by; see \"Clock faults\" in the README."),
+            Some("IDs resume by themselves once the clock catches up. To issue now, raise snowflake.max_clock_drift above the gap and reload (any gap up to the 41-bit range): new IDs are then dated that far in the future until real time catches up. If the clock was ahead and has been corrected, this is the gap it ran ahead by; see \"Clock faults\" in docs/operations.md."),
         ),
         GenError::BeforeEpoch { before_ms } => raise(
             PgSqlErrorCode::ERRCODE_SYSTEM_ERROR,

@@ -408,7 +408,7 @@ fn read_horizon(function: &str, advance: bool) -> i64 {
             PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
             format!("cannot execute {function} during recovery"),
             Some("Which transactions hold IDs is known only to the primary that issued them.".into()),
-            Some("Read the horizon that the primary publishes into a table (see \"Reading in ID order\" in the README)."),
+            Some("Read the horizon that the primary publishes into a table (see \"On a standby, and with several writers\" in docs/reading-in-order.md)."),
         );
     }
     if unsafe { SEGMENT.is_null() } {

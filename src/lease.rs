@@ -516,7 +516,7 @@ pub extern "C-unwind" fn snowflake_lease_worker_main(_arg: pg_sys::Datum) {
                     g.state.stats.largest_clock_forward_ms.max(jump);
             }
             warning!(
-                "snowflake: the system clock jumped forward by {jump} ms; IDs issued from now on carry its time, and if it is wrong they stay ahead of real time after it is corrected (see \"Clock faults\" in the README)"
+                "snowflake: the system clock jumped forward by {jump} ms; IDs issued from now on carry its time, and if it is wrong they stay ahead of real time after it is corrected (see \"Clock faults\" in docs/operations.md)"
             );
         }
         looked = (wall, mono);

@@ -19,7 +19,8 @@ fn server() -> &'static Cluster {
     })
 }
 
-/// shared/README.md's vectors: (id, created_at, datacenter, worker, sequence).
+/// The core's test vectors (src/core/layout.rs), as SQL sees them: (id, created_at, datacenter,
+/// worker, sequence).
 const VECTORS: [(i64, &str, i32, i32, i32); 5] = [
     (910499571847892992, "2017-09-20 13:43:08.849+00", 17, 25, 0),
     (0, "2010-11-04 01:42:54.657+00", 0, 0, 0),

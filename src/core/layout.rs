@@ -187,7 +187,8 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    /// shared/README.md's vectors, each checked against the layout by hand:
+    /// Test vectors computed from the layout (the project brief's, with Twitter's epoch), each
+    /// checked by hand:
     /// (id, unix ms, datacenter, worker, sequence).
     const VECTORS: [(i64, i64, u32, u32, u32); 5] = [
         (910_499_571_847_892_992, 1_505_914_988_849, 17, 25, 0),

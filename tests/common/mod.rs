@@ -645,16 +645,36 @@ pub fn uris(nodes: &[&Cluster]) -> String {
     nodes.iter().map(|c| c.uri()).collect::<Vec<_>>().join(" ")
 }
 
-/// The shell block that follows `<!-- recipe: NAME -->` in README.md, exactly as a user reads it.
+/// The documents that hold recipes: README.md and every file in docs/.
+pub fn doc_files() -> Vec<PathBuf> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut files = vec![root.join("README.md")];
+    let mut docs: Vec<PathBuf> = fs::read_dir(root.join("docs"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "md"))
+        .collect();
+    docs.sort();
+    files.extend(docs);
+    files
+}
+
+/// The block that follows `<!-- recipe: NAME -->` in README.md or a file of docs/, exactly as a
+/// user reads it. A name is unique across the documents.
 pub fn readme_recipe(name: &str) -> String {
-    let readme =
-        fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md")).unwrap();
     // `<!-- recipe: NAME -->` or `<!-- recipe: NAME (a note) -->`
     let marker = format!("<!-- recipe: {name} ");
-    let after = readme
-        .split_once(&marker)
-        .unwrap_or_else(|| panic!("README.md has no {marker}"))
-        .1;
+    let found: Vec<(PathBuf, String)> = doc_files()
+        .into_iter()
+        .map(|p| (p.clone(), fs::read_to_string(&p).unwrap()))
+        .filter(|(_, text)| text.contains(&marker))
+        .collect();
+    assert!(
+        found.len() == 1 && found[0].1.matches(&marker).count() == 1,
+        "recipe {name}: {} documents hold {marker} (one must, once)",
+        found.len()
+    );
+    let after = found[0].1.split_once(&marker).unwrap().1;
     // The next fenced block, whatever its language (sh, sql), indented or not (inside a list).
     let mut lines = after
         .lines()

@@ -1,0 +1,378 @@
+//! The documents keep their promises: the README's Quick start works as written, every recipe
+//! is run by a test, every link between the documents resolves (file and heading), every place
+//! a message of the code points at exists, and the reference lists every SQLSTATE the code
+//! raises.
+
+mod common;
+use common::{as_owner, bindir, doc_files, readme_recipe, Cluster};
+use std::collections::{BTreeSet, HashMap};
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+
+fn root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Every Markdown file of the project: the README, CONTRIBUTING, CHANGELOG and docs/.
+fn markdown_files() -> Vec<PathBuf> {
+    let mut files = doc_files();
+    files.extend(["CONTRIBUTING.md", "CHANGELOG.md"].map(|f| root().join(f)));
+    files
+}
+
+/// The text outside fenced code blocks (a `#` line in a shell block is no heading, and a
+/// `](...)` in code is no link).
+fn prose(text: &str) -> String {
+    let mut out = Vec::new();
+    let mut fence: Option<String> = None;
+    for line in text.lines() {
+        let t = line.trim_start();
+        match &fence {
+            Some(f) if t.starts_with(f.as_str()) && t.trim_end() == f => fence = None,
+            Some(_) => {}
+            None if t.starts_with("```") => {
+                fence = Some(t.chars().take_while(|&c| c == '`').collect());
+            }
+            None => out.push(line),
+        }
+    }
+    out.join("\n")
+}
+
+/// GitHub's anchor for a heading: lower case, punctuation dropped (but `-` and `_`), spaces to
+/// hyphens; a repeated heading gets `-1`, `-2`, ...
+fn anchors(text: &str) -> BTreeSet<String> {
+    let mut seen: HashMap<String, usize> = HashMap::new();
+    let mut out = BTreeSet::new();
+    for line in prose(text).lines() {
+        let Some(h) = line.strip_prefix('#') else {
+            continue;
+        };
+        let h = h.trim_start_matches('#');
+        if !h.starts_with(' ') {
+            continue;
+        }
+        let slug: String = h
+            .trim()
+            .to_lowercase()
+            .chars()
+            .filter(|c| c.is_alphanumeric() || matches!(c, ' ' | '-' | '_'))
+            .map(|c| if c == ' ' { '-' } else { c })
+            .collect();
+        let n = seen.entry(slug.clone()).or_insert(0);
+        out.insert(if *n == 0 {
+            slug.clone()
+        } else {
+            format!("{slug}-{n}")
+        });
+        *n += 1;
+    }
+    out
+}
+
+/// The headings of a document, as written.
+fn headings(text: &str) -> Vec<String> {
+    prose(text)
+        .lines()
+        .filter_map(|l| l.strip_prefix('#'))
+        .map(|h| h.trim_start_matches('#'))
+        .filter(|h| h.starts_with(' '))
+        .map(|h| h.trim().to_string())
+        .collect()
+}
+
+/// The targets of the inline links `[text](target)` of a document's prose.
+fn links(text: &str) -> Vec<String> {
+    let prose = prose(text);
+    let mut out = Vec::new();
+    let mut rest = prose.as_str();
+    while let Some(i) = rest.find("](") {
+        rest = &rest[i + 2..];
+        if let Some(end) = rest.find(')') {
+            out.push(rest[..end].to_string());
+        }
+    }
+    out
+}
+
+#[test]
+fn every_link_between_the_documents_resolves() {
+    let mut broken = Vec::new();
+    let mut checked = 0;
+    for file in markdown_files() {
+        let text = fs::read_to_string(&file).unwrap();
+        for target in links(&text) {
+            if target.starts_with("http://") || target.starts_with("https://") {
+                continue;
+            }
+            checked += 1;
+            let (path, anchor) = match target.split_once('#') {
+                Some((p, a)) => (p, Some(a)),
+                None => (target.as_str(), None),
+            };
+            let dest = if path.is_empty() {
+                file.clone()
+            } else {
+                file.parent().unwrap().join(path)
+            };
+            if !dest.exists() {
+                broken.push(format!("{}: {target}: no such file", file.display()));
+                continue;
+            }
+            if let Some(a) = anchor {
+                let dtext = fs::read_to_string(&dest).unwrap_or_default();
+                if !anchors(&dtext).contains(a) {
+                    broken.push(format!("{}: {target}: no such heading", file.display()));
+                }
+            }
+        }
+    }
+    assert!(
+        checked > 50,
+        "only {checked} links found: is the parser right?"
+    );
+    assert!(broken.is_empty(), "broken links:\n{}", broken.join("\n"));
+}
+
+#[test]
+fn the_readme_stays_short_and_starts_with_the_quick_start() {
+    let readme = fs::read_to_string(root().join("README.md")).unwrap();
+    assert!(
+        readme.len() <= 20 * 1024,
+        "README.md is {} bytes",
+        readme.len()
+    );
+    let quick = readme.find("## Quick start").expect("a Quick start");
+    let end = readme.find("<!-- recipe: quick-start ").unwrap() + 1000;
+    assert!(
+        quick < 5 * 1024 && end < 5 * 1024,
+        "the Quick start ends at byte {end}"
+    );
+    for must in ["make demo", "make test", "LICENSE"] {
+        assert!(readme.contains(must), "README.md does not mention {must}");
+    }
+    assert!(root().join("LICENSE").exists());
+}
+
+#[test]
+fn every_recipe_is_run_by_a_test() {
+    let mut tests = String::new();
+    for e in fs::read_dir(root().join("tests")).unwrap() {
+        let p = e.unwrap().path();
+        if p.extension().is_some_and(|x| x == "rs") {
+            tests.push_str(&fs::read_to_string(p).unwrap());
+        }
+    }
+    let mut names = Vec::new();
+    for file in doc_files() {
+        let text = fs::read_to_string(&file).unwrap();
+        for part in text.split("<!-- recipe: ").skip(1) {
+            let name = part.split(' ').next().unwrap();
+            names.push(name.to_string());
+            // The block is there, and the marker's name is unique across the documents.
+            readme_recipe(name);
+        }
+    }
+    assert!(names.len() > 20, "only {} recipes found", names.len());
+    let unused: Vec<_> = names
+        .iter()
+        .filter(|n| !tests.contains(&format!("\"{n}\"")))
+        .collect();
+    assert!(unused.is_empty(), "recipes no test runs: {unused:?}");
+}
+
+/// `see "Heading" in docs/file.md` in a message must name a heading of that file.
+#[test]
+fn places_the_messages_point_at_exist() {
+    let mut found = 0;
+    let mut bad = Vec::new();
+    let mut sources = Vec::new();
+    for dir in ["src", "src/core"] {
+        for e in fs::read_dir(root().join(dir)).unwrap() {
+            let p = e.unwrap().path();
+            if p.extension().is_some_and(|x| x == "rs" || x == "sql") {
+                sources.push(p);
+            }
+        }
+    }
+    for p in sources {
+        let text = fs::read_to_string(&p).unwrap().replace("\\\"", "\"");
+        assert!(
+            !text.contains("in the README"),
+            "{} points at the README; messages name a file of docs/",
+            p.display()
+        );
+        for (i, _) in text.match_indices("\" in docs/") {
+            let start = text[..i].rfind('"').unwrap() + 1;
+            let heading = &text[start..i];
+            let file: String = text[i + 5..]
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || matches!(c, '/' | '.' | '-' | '_'))
+                .collect();
+            let file = file.trim_end_matches('.');
+            found += 1;
+            match fs::read_to_string(root().join(file)) {
+                Ok(doc) if headings(&doc).iter().any(|h| h == heading) => {}
+                Ok(_) => bad.push(format!(
+                    "{}: \"{heading}\" is no heading of {file}",
+                    p.display()
+                )),
+                Err(_) => bad.push(format!("{}: {file} does not exist", p.display())),
+            }
+        }
+    }
+    assert!(
+        found >= 3,
+        "only {found} references found: is the parser right?"
+    );
+    assert!(bad.is_empty(), "{}", bad.join("\n"));
+}
+
+/// Every SQLSTATE the code raises, by PostgreSQL's names (ERRCODE_... in Rust, condition names
+/// in PL/pgSQL), is a row of the reference's error table.
+#[test]
+fn the_reference_lists_every_sqlstate_the_code_raises() {
+    let header = Path::new(&common::pg_config("--includedir-server")).join("utils/errcodes.h");
+    let mut codes: HashMap<String, String> = HashMap::new();
+    for line in fs::read_to_string(&header).unwrap().lines() {
+        // #define ERRCODE_SYSTEM_ERROR MAKE_SQLSTATE('5','8','0','0','0')
+        let mut w = line.split_whitespace();
+        if let (Some("#define"), Some(name), Some(v)) = (w.next(), w.next(), w.next()) {
+            if let Some(args) = v.strip_prefix("MAKE_SQLSTATE(") {
+                let code: String = args.chars().filter(|c| c.is_ascii_alphanumeric()).collect();
+                codes.insert(name.to_string(), code);
+            }
+        }
+    }
+    assert!(
+        codes.len() > 200,
+        "{} has {} codes",
+        header.display(),
+        codes.len()
+    );
+    let mut raised = BTreeSet::new();
+    let mut unknown = Vec::new();
+    let mut sources = Vec::new();
+    for dir in ["src", "src/core"] {
+        for e in fs::read_dir(root().join(dir)).unwrap() {
+            let p = e.unwrap().path();
+            if p.extension().is_some_and(|x| x == "rs" || x == "sql") {
+                sources.push(p);
+            }
+        }
+    }
+    for p in sources {
+        let text = fs::read_to_string(&p).unwrap();
+        let mut names: Vec<String> = Vec::new();
+        for (i, _) in text.match_indices("ERRCODE_") {
+            let name: String = text[i..]
+                .chars()
+                .take_while(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || *c == '_')
+                .collect();
+            names.push(name);
+        }
+        for (i, m) in text.match_indices("ERRCODE = '") {
+            let cond: String = text[i + m.len()..]
+                .chars()
+                .take_while(|c| *c != '\'')
+                .collect();
+            names.push(format!("ERRCODE_{}", cond.to_uppercase()));
+        }
+        for n in names {
+            match codes.get(&n) {
+                Some(c) => {
+                    raised.insert(c.clone());
+                }
+                None => unknown.push(format!("{}: {n}", p.display())),
+            }
+        }
+    }
+    assert!(unknown.is_empty(), "unknown condition names: {unknown:?}");
+    assert!(raised.len() >= 10, "only {raised:?} found");
+    let reference = fs::read_to_string(root().join("docs/reference.md")).unwrap();
+    let missing: Vec<_> = raised
+        .iter()
+        .filter(|c| !reference.contains(&format!("| `{c}` |")))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "SQLSTATEs the code raises that docs/reference.md's error table lacks: {missing:?}"
+    );
+}
+
+/// The Quick start, as a new user runs it: the configuration appended and the server restarted
+/// by the shell block, then the SQL block.
+#[test]
+fn the_quick_start_works_as_written() {
+    let mut c = Cluster::with_preload("quick-start", "", false);
+    c.start();
+    let out = fs::File::create(c.dir.join("quick-start.out")).unwrap();
+    let path = format!("{}:{}", bindir().display(), std::env::var("PATH").unwrap());
+    // Output to a file, not a pipe: the restarted server keeps it open.
+    let status = as_owner(Path::new("env"))
+        .arg(format!("PGDATA={}", c.data.display()))
+        .arg(format!("PATH={path}"))
+        .args(["bash", "-e", "-c", &readme_recipe("quick-start-configure")])
+        .stdin(Stdio::null())
+        .stdout(out.try_clone().unwrap())
+        .stderr(out)
+        .status()
+        .unwrap();
+    assert!(
+        status.success(),
+        "the Quick start's configuration failed:\n{}",
+        fs::read_to_string(c.dir.join("quick-start.out")).unwrap()
+    );
+    let lines: Vec<String> = c
+        .script(&readme_recipe("quick-start"))
+        .unwrap_or_else(|e| panic!("the Quick start's SQL failed: {}", e.raw))
+        .lines()
+        .map(String::from)
+        .collect();
+    // The new ID, its decoded parts (the pair the configuration set), and the row found by time.
+    assert_eq!(lines.len(), 3, "{lines:?}");
+    let id: i64 = lines[0].parse().unwrap();
+    let decoded: Vec<&str> = lines[1].split('|').collect();
+    assert_eq!(&decoded[1..3], ["1", "7"], "{lines:?}");
+    assert_eq!(lines[2], format!("{id}|book"));
+    assert_eq!(c.sql("SHOW shared_preload_libraries"), "snowflake");
+}
+
+/// The removal procedure: the query finds the column whose default calls snowflake, the
+/// recipe switches it and drops the extension, new keys continue above the old ones, and the
+/// server starts without the library.
+#[test]
+fn the_removal_recipe_frees_the_tables_and_the_server() {
+    let mut c = Cluster::new("removal", "snowflake.worker_id = 3");
+    c.start();
+    c.sql(
+        "CREATE EXTENSION snowflake;
+         CREATE TABLE orders (id bigint PRIMARY KEY DEFAULT snowflake_nextval(), item text);
+         CREATE TABLE notes (id bigint PRIMARY KEY, body text);
+         INSERT INTO orders (item) SELECT 'old' FROM generate_series(1, 3);",
+    );
+    let max_old = c.sql_i64("SELECT max(id) FROM orders");
+    assert_eq!(c.sql_err("DROP EXTENSION snowflake").sqlstate, "2BP01");
+    let out = c
+        .script(&readme_recipe("removal"))
+        .unwrap_or_else(|e| panic!("the removal recipe failed: {}", e.raw));
+    assert_eq!(out.lines().next(), Some("orders|id"), "{out}");
+    assert_eq!(
+        c.sql("SELECT count(*) FROM pg_extension WHERE extname = 'snowflake'"),
+        "0"
+    );
+    let new = c.sql_i64("INSERT INTO orders (item) VALUES ('new') RETURNING id");
+    assert!(new > max_old, "{new} is not above {max_old}");
+    // Step 2: the library out of shared_preload_libraries, and the server starts without it.
+    c.stop("fast");
+    let conf = c.data.join("postgresql.conf");
+    let text = fs::read_to_string(&conf).unwrap();
+    let kept: Vec<&str> = text
+        .lines()
+        .filter(|l| !l.starts_with("shared_preload_libraries") && !l.starts_with("snowflake."))
+        .collect();
+    fs::write(&conf, kept.join("\n") + "\n").unwrap();
+    c.start();
+    assert_eq!(c.sql("SELECT count(*) FROM orders"), "4");
+}
