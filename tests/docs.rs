@@ -107,6 +107,10 @@ fn every_link_between_the_documents_resolves() {
                 continue;
             }
             checked += 1;
+            if target.is_empty() {
+                broken.push(format!("{}: an empty link", file.display()));
+                continue;
+            }
             let (path, anchor) = match target.split_once('#') {
                 Some((p, a)) => (p, Some(a)),
                 None => (target.as_str(), None),
@@ -311,7 +315,9 @@ fn the_quick_start_works_as_written() {
     let path = format!("{}:{}", bindir().display(), std::env::var("PATH").unwrap());
     // Output to a file, not a pipe: the restarted server keeps it open.
     let status = as_owner(Path::new("env"))
-        .arg(format!("PGDATA={}", c.data.display()))
+        .arg(format!("PGHOST={}", c.dir.display()))
+        .arg(format!("PGPORT={}", c.port))
+        .args(["PGUSER=postgres", "PGDATABASE=postgres"])
         .arg(format!("PATH={path}"))
         .args(["bash", "-e", "-c", &readme_recipe("quick-start-configure")])
         .stdin(Stdio::null())
@@ -375,4 +381,48 @@ fn the_removal_recipe_frees_the_tables_and_the_server() {
     fs::write(&conf, kept.join("\n") + "\n").unwrap();
     c.start();
     assert_eq!(c.sql("SELECT count(*) FROM orders"), "4");
+}
+
+/// The partitions example: ten days made (3 back, today, 6 ahead), a second call makes none,
+/// and the query and the retention call run.
+#[test]
+fn the_partitions_example_works_as_written() {
+    let mut c = Cluster::new("partitions-example", "snowflake.worker_id = 2");
+    c.start();
+    c.sql("CREATE EXTENSION snowflake");
+    let out = c
+        .script(&readme_recipe("partitions"))
+        .unwrap_or_else(|e| panic!("the partitions example failed: {}", e.raw));
+    assert_eq!(
+        out.lines().filter(|l| l.starts_with("events_")).count(),
+        10,
+        "{out}"
+    );
+    assert_eq!(
+        c.sql("SELECT count(*) FROM snowflake_create_partitions('events', now() - interval '3 days', now() + interval '7 days')"),
+        "0"
+    );
+    assert_eq!(
+        c.sql("SELECT count(*) FROM snowflake_partitions('events')"),
+        "10"
+    );
+}
+
+/// The JSON example gives the ID as a string, all 19 digits of it.
+#[test]
+fn the_json_example_sends_ids_as_strings() {
+    let mut c = Cluster::new("json-example", "snowflake.worker_id = 4");
+    c.start();
+    let id = c.sql(
+        "CREATE EXTENSION snowflake;
+         CREATE TABLE orders (id bigint PRIMARY KEY DEFAULT snowflake_nextval(), item text);
+         INSERT INTO orders (item) VALUES ('book') RETURNING id",
+    );
+    let out = c
+        .script(&readme_recipe("json"))
+        .unwrap_or_else(|e| panic!("the JSON example failed: {}", e.raw));
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 2, "{out}");
+    assert!(lines[0].contains(&format!("\"id\" : \"{id}\"")), "{out}");
+    assert!(lines[1].contains(&format!("\"id\": \"{id}\"")), "{out}");
 }
