@@ -36,6 +36,7 @@ static DATABASE: GucSetting<Option<CString>> =
 // Set once in `_PG_init` (in the postmaster when preloaded, so every backend inherits them) and
 // constant afterwards: the settings behind them can only change with a restart.
 static PRELOADED: AtomicBool = AtomicBool::new(false);
+static PAIR_SET: AtomicBool = AtomicBool::new(false);
 static EPOCH_MS: AtomicI64 = AtomicI64::new(TWITTER_EPOCH_MS);
 static NODE_BITS: AtomicU64 = AtomicU64::new(0);
 
@@ -50,6 +51,13 @@ pub fn epoch_ms() -> i64 {
 
 pub fn node() -> Node {
     Node::from_bits(NODE_BITS.load(Ordering::Relaxed))
+}
+
+/// Whether `snowflake.datacenter_id` or `snowflake.worker_id` was set by any source (a
+/// configuration file, postgresql.auto.conf, the command line), even to 0; false when both were
+/// left at their defaults and the server warned at start-up.
+pub fn pair_set() -> bool {
+    PAIR_SET.load(Ordering::Relaxed)
 }
 
 /// `snowflake.max_clock_drift` in ms; it may change on reload (SIGHUP).
@@ -455,6 +463,7 @@ pub fn init_preloaded() {
     }
 
     EPOCH_MS.store(epoch, Ordering::Relaxed);
+    PAIR_SET.store(pair_set, Ordering::Relaxed);
     let node = Node::new(datacenter, worker).expect("checked above");
     NODE_BITS.store(node.bits(), Ordering::Relaxed);
     PRELOADED.store(true, Ordering::Relaxed);
