@@ -2,7 +2,8 @@
 -- snowflake_drop_partitions() act as the owner of the table they work on, in a
 -- security-restricted operation (C functions over PL/pgSQL ones that only the owner runs).
 -- snowflake_horizon() no longer moves an idle generator: snowflake_advance_horizon() does, for
--- the role the DBA grants it to.
+-- the role the DBA grants it to. snowflake_node() says whether this server's pair was set
+-- (pair_set).
 -- Frozen once released; the upgrade test checks that an upgraded install equals a fresh one.
 \echo Use "ALTER EXTENSION snowflake UPDATE TO '1.5.0'" to load this file. \quit
 
@@ -260,3 +261,50 @@ STRICT VOLATILE PARALLEL RESTRICTED
 LANGUAGE c
 AS 'MODULE_PATHNAME', 'snowflake_horizon_holders_wrapper';
 COMMENT ON FUNCTION snowflake_horizon_holders() IS 'Who holds the horizon back: the backends (pid) and prepared transactions (prepared_xid) whose open transaction holds an ID, with the smallest ID each holds';
+
+-- snowflake_node() gains pair_set: its result type changes. As in the 1.1.0 -> 1.2.0 script, a
+-- function that views or functions depend on is kept for them as snowflake_node_1_4(), with the
+-- columns of 1.2.0 to 1.4.0, outside the extension; without dependents it is replaced.
+DO $keep$
+DECLARE
+    dependents text;
+BEGIN
+    SELECT pg_catalog.string_agg(pg_catalog.pg_describe_object(d.classid, d.objid, d.objsubid), ', ')
+      INTO dependents
+      FROM pg_catalog.pg_depend d
+     WHERE d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_proc'::pg_catalog.regclass
+       AND d.refobjid OPERATOR(pg_catalog.=) '@extschema@.snowflake_node()'::pg_catalog.regprocedure
+       AND d.deptype OPERATOR(pg_catalog.=) 'n';
+    IF dependents IS NULL THEN
+        DROP FUNCTION @extschema@.snowflake_node();
+    ELSE
+        ALTER FUNCTION @extschema@.snowflake_node() RENAME TO snowflake_node_1_4;
+        CREATE OR REPLACE FUNCTION @extschema@.snowflake_node_1_4() RETURNS TABLE (
+            datacenter_id int, worker_id int, epoch timestamptz, max_clock_drift_ms bigint,
+            last_timestamp timestamptz, lead_ms bigint, lease_until timestamptz, lease_worker_pid int,
+            system_identifier bigint, claim_conflict_with bigint, claim_conflict_seen timestamptz)
+        STRICT VOLATILE PARALLEL SAFE LANGUAGE c AS 'MODULE_PATHNAME', 'snowflake_node_1_4_wrapper';
+        ALTER EXTENSION snowflake DROP FUNCTION @extschema@.snowflake_node_1_4();
+        RAISE WARNING 'snowflake_node() of 1.4.0 is kept as snowflake_node_1_4() for %', dependents
+            USING DETAIL = 'snowflake_node() has the column pair_set from 1.5.0 on; these objects keep the columns they were made with.',
+                  HINT = 'Recreate them on snowflake_node() when convenient, then drop snowflake_node_1_4().';
+    END IF;
+END
+$keep$;
+CREATE  FUNCTION "snowflake_node"() RETURNS TABLE (
+	"datacenter_id" INT,  /* i32 */
+	"worker_id" INT,  /* i32 */
+	"epoch" timestamp with time zone,  /* TimestampWithTimeZone */
+	"max_clock_drift_ms" bigint,  /* i64 */
+	"last_timestamp" timestamp with time zone,  /* Option < TimestampWithTimeZone > */
+	"lead_ms" bigint,  /* i64 */
+	"lease_until" timestamp with time zone,  /* Option < TimestampWithTimeZone > */
+	"lease_worker_pid" INT,  /* Option < i32 > */
+	"system_identifier" bigint,  /* i64 */
+	"claim_conflict_with" bigint,  /* Option < i64 > */
+	"claim_conflict_seen" timestamp with time zone,  /* Option < TimestampWithTimeZone > */
+	"pair_set" bool  /* bool */
+)
+STRICT VOLATILE PARALLEL SAFE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'snowflake_node_wrapper';

@@ -36,6 +36,7 @@ static DATABASE: GucSetting<Option<CString>> =
 // Set once in `_PG_init` (in the postmaster when preloaded, so every backend inherits them) and
 // constant afterwards: the settings behind them can only change with a restart.
 static PRELOADED: AtomicBool = AtomicBool::new(false);
+static PAIR_SET: AtomicBool = AtomicBool::new(false);
 static EPOCH_MS: AtomicI64 = AtomicI64::new(TWITTER_EPOCH_MS);
 static NODE_BITS: AtomicU64 = AtomicU64::new(0);
 
@@ -50,6 +51,13 @@ pub fn epoch_ms() -> i64 {
 
 pub fn node() -> Node {
     Node::from_bits(NODE_BITS.load(Ordering::Relaxed))
+}
+
+/// Whether `snowflake.datacenter_id` or `snowflake.worker_id` was set by any source (a
+/// configuration file, postgresql.auto.conf, the command line), even to 0; false when both were
+/// left at their defaults and the server warned at start-up.
+pub fn pair_set() -> bool {
+    PAIR_SET.load(Ordering::Relaxed)
 }
 
 /// `snowflake.max_clock_drift` in ms; it may change on reload (SIGHUP).
@@ -182,8 +190,9 @@ pub fn unknown_settings(names: &[String]) -> Vec<(String, Option<&'static str>)>
         .collect()
 }
 
-/// The names of every setting PostgreSQL holds now, placeholders included.
-fn all_setting_names() -> Vec<String> {
+/// Every setting PostgreSQL holds now, placeholders included, with the source of its value
+/// (`PGC_S_DEFAULT` for one that nothing set).
+fn all_settings() -> Vec<(String, pg_sys::GucSource::Type)> {
     // SAFETY: called in the postmaster while shared_preload_libraries is processed; the array
     // and the names it points to are PostgreSQL's own and stay valid during the call.
     unsafe {
@@ -198,9 +207,41 @@ fn all_setting_names() -> Vec<String> {
         (0..n.max(0) as usize)
             .map(|i| *vars.add(i))
             .filter(|v| !v.is_null() && !(**v).name.is_null())
-            .map(|v| CStr::from_ptr((*v).name).to_string_lossy().into_owned())
+            .map(|v| {
+                let name = CStr::from_ptr((*v).name).to_string_lossy().into_owned();
+                (name, (*v).source)
+            })
             .collect()
     }
+}
+
+/// The names of every setting PostgreSQL holds now, placeholders included.
+fn all_setting_names() -> Vec<String> {
+    all_settings().into_iter().map(|(name, _)| name).collect()
+}
+
+/// Whether any source set `snowflake.datacenter_id` or `snowflake.worker_id`, among `settings`
+/// (name and source). A setting that is absent, or present with `PGC_S_DEFAULT`, was not set: a
+/// server that writes 0 chose 0.
+fn pair_set_in(settings: &[(String, pg_sys::GucSource::Type)]) -> bool {
+    settings.iter().any(|(name, source)| {
+        (name.eq_ignore_ascii_case("snowflake.datacenter_id")
+            || name.eq_ignore_ascii_case("snowflake.worker_id"))
+            && *source != pg_sys::GucSource::PGC_S_DEFAULT
+    })
+}
+
+/// Two servers left on the default pair (0, 0) issue the same IDs, and nothing else would tell
+/// them: a server whose pair nobody set says so once, in the postmaster's log at start-up. It
+/// still starts (a single server needs no pair, and a 1.x server upgraded as it was keeps working).
+fn warn_default_pair() {
+    errors::report(
+        PgLogLevel::WARNING,
+        PgSqlErrorCode::ERRCODE_WARNING,
+        "snowflake.datacenter_id and snowflake.worker_id are not set".into(),
+        Some("Both settings are at their defaults, so this server's pair is (0, 0). Two servers with the same pair can issue the same IDs.".into()),
+        Some("Set snowflake.datacenter_id and snowflake.worker_id in postgresql.conf to a pair that no other server uses, and restart. A single server can ignore this."),
+    );
 }
 
 fn check_unknown_settings() {
@@ -415,7 +456,14 @@ pub fn init_preloaded() {
         pg_sys::MarkGUCPrefixReserved(c"snowflake".as_ptr())
     };
 
+    // Read from the defined settings, which keep the source of the placeholders they replace.
+    let pair_set = pair_set_in(&all_settings());
+    if !pair_set {
+        warn_default_pair();
+    }
+
     EPOCH_MS.store(epoch, Ordering::Relaxed);
+    PAIR_SET.store(pair_set, Ordering::Relaxed);
     let node = Node::new(datacenter, worker).expect("checked above");
     NODE_BITS.store(node.bits(), Ordering::Relaxed);
     PRELOADED.store(true, Ordering::Relaxed);
@@ -473,6 +521,32 @@ mod tests {
                 ("snowflake.nonsense".to_string(), None),
             ]
         );
+    }
+
+    #[test]
+    fn the_pair_is_set_when_any_source_set_either_setting() {
+        use pg_sys::GucSource::{PGC_S_ARGV, PGC_S_DEFAULT, PGC_S_FILE};
+        let set = |list: &[(&str, pg_sys::GucSource::Type)]| {
+            pair_set_in(
+                &list
+                    .iter()
+                    .map(|(n, s)| (n.to_string(), *s))
+                    .collect::<Vec<_>>(),
+            )
+        };
+        assert!(!set(&[]));
+        assert!(!set(&[
+            ("snowflake.datacenter_id", PGC_S_DEFAULT),
+            ("snowflake.worker_id", PGC_S_DEFAULT),
+            ("work_mem", PGC_S_FILE),
+            ("snowflake.epoch", PGC_S_FILE),
+        ]));
+        // Set to 0 is set: the server chose its pair.
+        assert!(set(&[
+            ("snowflake.datacenter_id", PGC_S_DEFAULT),
+            ("snowflake.worker_id", PGC_S_FILE),
+        ]));
+        assert!(set(&[("Snowflake.DataCenter_ID", PGC_S_ARGV)]));
     }
 
     #[test]

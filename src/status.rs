@@ -41,6 +41,7 @@ fn snowflake_node() -> TableIterator<
         name!(system_identifier, i64),
         name!(claim_conflict_with, Option<i64>),
         name!(claim_conflict_seen, Option<TimestampWithTimeZone>),
+        name!(pair_set, bool),
     ),
 > {
     require_preload("snowflake_node()");
@@ -74,6 +75,7 @@ fn snowflake_node() -> TableIterator<
         crate::fleet::system_identifier(),
         conflict.map(|c| c.system_identifier),
         conflict.as_ref().and_then(crate::fleet::last_seen),
+        config::pair_set(),
     ))
 }
 
@@ -100,6 +102,33 @@ fn snowflake_node_1_1() -> TableIterator<
         .next()
         .expect("snowflake_node() has one row");
     TableIterator::once((a, b, c, d, e, f, g, h))
+}
+
+/// `snowflake_node()` with the columns it had from 1.2.0 to 1.4.0, kept by the upgrade to 1.5.0
+/// (which adds `pair_set`) for what was made on it, as `snowflake_node_1_1` is for 1.1.0 (see
+/// `sql/snowflake--1.4.0--1.5.0.sql`).
+#[pg_extern(sql = false)]
+#[allow(clippy::type_complexity)]
+fn snowflake_node_1_4() -> TableIterator<
+    'static,
+    (
+        name!(datacenter_id, i32),
+        name!(worker_id, i32),
+        name!(epoch, TimestampWithTimeZone),
+        name!(max_clock_drift_ms, i64),
+        name!(last_timestamp, Option<TimestampWithTimeZone>),
+        name!(lead_ms, i64),
+        name!(lease_until, Option<TimestampWithTimeZone>),
+        name!(lease_worker_pid, Option<i32>),
+        name!(system_identifier, i64),
+        name!(claim_conflict_with, Option<i64>),
+        name!(claim_conflict_seen, Option<TimestampWithTimeZone>),
+    ),
+> {
+    let (a, b, c, d, e, f, g, h, i, j, k, ..) = snowflake_node()
+        .next()
+        .expect("snowflake_node() has one row");
+    TableIterator::once((a, b, c, d, e, f, g, h, i, j, k))
 }
 
 /// `snowflake_stats()` with the columns it had in 1.1.0 and 1.2.0 (see `snowflake_node_1_1`

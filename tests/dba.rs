@@ -186,17 +186,22 @@ fn upgrade_from_every_release_matches_a_fresh_install() {
         // function, renamed, for its dependents).
         // (1.0.0 has neither function.)
         let views = old != "1.0.0";
-        let columns = "SELECT string_agg(attname, ',' ORDER BY attnum) FROM pg_attribute WHERE attrelid = 'v_stats'::regclass";
-        let mut stats_before = String::new();
+        let columns = "SELECT string_agg(attname, ',' ORDER BY attnum) FROM pg_attribute WHERE attrelid = 'v_stats'::regclass \
+                       UNION ALL SELECT string_agg(attname, ',' ORDER BY attnum) FROM pg_attribute WHERE attrelid = 'v_node'::regclass";
+        // The function each view reads.
+        let reads = "SELECT string_agg(DISTINCT d.refobjid::regprocedure::text, ',' ORDER BY d.refobjid::regprocedure::text) FROM pg_depend d \
+                     JOIN pg_rewrite r ON d.classid = 'pg_rewrite'::regclass AND d.objid = r.oid \
+                     WHERE r.ev_class IN ('v_stats'::regclass, 'v_node'::regclass) AND d.refclassid = 'pg_proc'::regclass";
+        let mut columns_before = String::new();
         if views {
             c.try_sql_in(&db, "CREATE VIEW v_stats AS SELECT * FROM snowflake_stats(); CREATE VIEW v_node AS SELECT * FROM snowflake_node()")
                 .unwrap();
-            stats_before = c.try_sql_in(&db, columns).unwrap();
+            columns_before = c.try_sql_in(&db, columns).unwrap();
         }
         c.try_sql_in(&db, "ALTER EXTENSION snowflake UPDATE")
             .unwrap();
         if views {
-            assert_eq!(c.try_sql_in(&db, columns).unwrap(), stats_before);
+            assert_eq!(c.try_sql_in(&db, columns).unwrap(), columns_before);
             assert_eq!(
                 c.try_sql_in(
                     &db,
@@ -205,7 +210,21 @@ fn upgrade_from_every_release_matches_a_fresh_install() {
                 .unwrap(),
                 "t|0"
             );
+            // snowflake_node() changed in 1.2.0 and 1.5.0, snowflake_stats() in 1.3.0: each view
+            // reads the one of its version, kept under a frozen name where it changed since.
+            let kept = match old {
+                "1.1.0" => "snowflake_node_1_1(),snowflake_stats_1_2()",
+                "1.2.0" => "snowflake_node_1_4(),snowflake_stats_1_2()",
+                _ => "snowflake_node_1_4(),snowflake_stats()",
+            };
+            assert_eq!(c.try_sql_in(&db, reads).unwrap(), kept, "from {old}");
         }
+        // The new column is there, whatever the update kept (this server set no pair).
+        assert_eq!(
+            c.try_sql_in(&db, "SELECT pair_set FROM snowflake_node()")
+                .unwrap(),
+            "f"
+        );
         assert_eq!(
             c.try_sql_in(&db, version).unwrap(),
             env!("CARGO_PKG_VERSION")

@@ -304,6 +304,56 @@ fn an_epoch_later_than_the_clock_keeps_the_server_up_and_refuses_ids_until_it_pa
 }
 
 #[test]
+fn a_server_whose_pair_nobody_set_warns_once_and_says_so() {
+    // Two servers left on the default pair (0, 0) issue the same IDs. A server whose
+    // snowflake.datacenter_id and snowflake.worker_id no source set starts (a single server needs
+    // no pair), warns once in the log, and snowflake_node() says so in every backend.
+    const WARNING: &str = "WARNING:  snowflake.datacenter_id and snowflake.worker_id are not set";
+    let node = "SELECT datacenter_id, worker_id, pair_set FROM snowflake_node()";
+    let mut c = Cluster::new("default-pair", "");
+    c.start();
+    c.sql("CREATE EXTENSION snowflake");
+    assert_eq!(c.sql(node), "0|0|f");
+    let log = c.log();
+    assert_eq!(log.matches(WARNING).count(), 1, "{log}");
+    assert!(
+        log.contains("DETAIL:  Both settings are at their defaults, so this server's pair is (0, 0). Two servers with the same pair can issue the same IDs.")
+            && log.contains("HINT:  Set snowflake.datacenter_id and snowflake.worker_id in postgresql.conf to a pair that no other server uses, and restart. A single server can ignore this."),
+        "{log}"
+    );
+
+    // Either setting set by any source, even to 0, is a choice: no warning, and pair_set says so.
+    // postgresql.auto.conf (ALTER SYSTEM):
+    c.sql("ALTER SYSTEM SET snowflake.worker_id = 0");
+    c.stop("fast");
+    c.start();
+    assert_eq!(c.sql(node), "0|0|t");
+    // The command line:
+    c.sql("ALTER SYSTEM RESET snowflake.worker_id");
+    c.stop("fast");
+    c.options = "-c snowflake.datacenter_id=0".into();
+    c.start();
+    assert_eq!(c.sql(node), "0|0|t");
+    assert_eq!(c.log().matches(WARNING).count(), 1, "{}", c.log());
+    // Nothing set again: it warns again.
+    c.stop("fast");
+    c.options.clear();
+    c.start();
+    assert_eq!(c.sql(node), "0|0|f");
+    assert_eq!(c.log().matches(WARNING).count(), 2, "{}", c.log());
+
+    // postgresql.conf, both at 0:
+    let mut d = Cluster::new(
+        "chosen-pair",
+        "snowflake.datacenter_id = 0\nsnowflake.worker_id = 0",
+    );
+    d.start();
+    d.sql("CREATE EXTENSION snowflake");
+    assert_eq!(d.sql(node), "0|0|t");
+    assert!(!d.log().contains("are not set"), "{}", d.log());
+}
+
+#[test]
 fn sixteen_pgbench_clients_insert_320000_rows_without_a_duplicate() {
     let mut c = Cluster::new("pgbench", "max_connections = 40\nsnowflake.worker_id = 3");
     c.start();

@@ -124,6 +124,8 @@ pub struct Cluster {
     pub data: PathBuf,
     pub port: u16,
     pub env: HashMap<String, String>,
+    /// Options for the server's command line (`pg_ctl -o`), e.g. "-c snowflake.worker_id=3".
+    pub options: String,
     running: bool,
 }
 
@@ -205,6 +207,7 @@ impl Cluster {
             data,
             port,
             env: HashMap::new(),
+            options: String::new(),
             running: false,
         }
     }
@@ -357,6 +360,9 @@ impl Cluster {
             c.arg(self.bin.join("pg_ctl")).arg("-D").arg(&self.data);
             c
         };
+        if !self.options.is_empty() {
+            cmd.arg("-o").arg(&self.options);
+        }
         let out = cmd
             .arg("-l")
             .arg(self.log_path())
