@@ -57,7 +57,7 @@ unit: deps
 # depend on the major); PG_CONFIG tells them which server to run.
 test-major: install package upgrade-source citus
 	@echo "== the SQL suite on PostgreSQL $(PG_MAJOR) ($(PG_CONFIG))"
-	PG_CONFIG=$(PG_CONFIG) SNOWFLAKE_PG_MAJOR=$(PG_MAJOR) \
+	PG_CONFIG=$(PG_CONFIG) \
 	  SNOWFLAKE_UPGRADE_FROM_PG_CONFIGS="$$(for m in $(UPGRADE_SOURCES); do scripts/pg.sh $$m; done)" \
 	  cargo test --test '*' -- --test-threads=2
 
