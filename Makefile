@@ -16,10 +16,17 @@ FEATURES := --no-default-features --features pg$(PG_MAJOR)
 VERSION  := $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: deps install pg-config demo test test-major unit upgrade-source citus lint bench package clean
+DEPS_LEVELS := build package unit demo test bench
 
-deps:
-	@PG_MAJOR=$(PG_MAJOR) scripts/deps.sh
+.PHONY: deps $(addprefix deps-,$(DEPS_LEVELS)) install pg-config demo test test-major unit \
+  upgrade-source citus lint bench package clean
+
+# What each target needs, installed where it is missing: `deps-build` for `install`, and so on
+# (scripts/deps.sh lists what each level holds). `make deps` installs everything, for this major.
+$(addprefix deps-,$(DEPS_LEVELS)):
+	@PG_MAJOR=$(PG_MAJOR) scripts/deps.sh $(@:deps-%=%)
+
+deps: deps-test deps-bench
 
 # The path of this major's pg_config and nothing else: `make -s pg-config PG_MAJOR=18`. It runs
 # the script itself (not $(shell ...), which would hide its failure for a major we cannot install).
@@ -29,20 +36,19 @@ pg-config:
 # Release build, installed into the server of $(PG_CONFIG).
 # The scripts under sql/ (the frozen first release and the upgrade scripts) go beside the
 # current version's script that cargo pgrx generates.
-install: deps
+install: deps-build
 	$(SUDO) env PATH="$$PATH" HOME="$$HOME" cargo pgrx install --release --pg-config $(PG_CONFIG) $(FEATURES)
 	$(SUDO) install -m 644 sql/snowflake--*.sql "$$($(PG_CONFIG) --sharedir)/extension/"
 
 # An installable .deb under target/ (no Rust needed where it is installed).
-package: deps
+package: deps-package
 	@PG_MAJOR=$(PG_MAJOR) PG_CONFIG=$(PG_CONFIG) scripts/package.sh
 
 # A benchmark, not a test: prints and writes bench/results/, never fails on a time.
-bench: install citus
-	@command -v gnuplot >/dev/null || $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq gnuplot-nox >/dev/null
+bench: deps-bench install citus
 	PG_MAJOR=$(PG_MAJOR) PG_CONFIG=$(PG_CONFIG) python3 bench/bench.py
 
-demo: install
+demo: deps-demo install
 	@PG_CONFIG=$(PG_CONFIG) scripts/demo.sh
 
 # Every test: the pure core (unit + property + multi-threaded stress tests) once, then, for each
@@ -50,14 +56,16 @@ demo: install
 test: unit
 	@for m in $(TEST_MAJORS); do $(MAKE) --no-print-directory test-major PG_MAJOR=$$m || exit 1; done
 
-unit: deps
+# The lib's tests are built with the crate's default feature (pg15): they need that major's
+# headers and pgrx's config naming it, but no server.
+unit: deps-unit
 	cargo test --lib
 
-# The test binaries are built once (they drive servers through psql and pgbench, so they do not
-# depend on the major); PG_CONFIG tells them which server to run.
-test-major: install package upgrade-source citus
+# The test binaries are built once, with the crate's default feature (they drive servers through
+# psql and pgbench, so they do not depend on the major); PG_CONFIG tells them which server to run.
+test-major: deps-test install package upgrade-source citus
 	@echo "== the SQL suite on PostgreSQL $(PG_MAJOR) ($(PG_CONFIG))"
-	PG_CONFIG=$(PG_CONFIG) SNOWFLAKE_PG_MAJOR=$(PG_MAJOR) \
+	PG_CONFIG=$(PG_CONFIG) \
 	  SNOWFLAKE_UPGRADE_FROM_PG_CONFIGS="$$(for m in $(UPGRADE_SOURCES); do scripts/pg.sh $$m; done)" \
 	  cargo test --test '*' -- --test-threads=2
 
@@ -69,9 +77,9 @@ upgrade-source:
 	     [ ! -f "$$($$old --sharedir)/extension/snowflake--$(VERSION).sql" ]; then \
 	    $(MAKE) --no-print-directory install PG_MAJOR=$$m || exit 1; fi; done
 
-# Citus 14.0.1 from the project's shared source, built into this major's server once, for
-# tests/citus.rs and the benchmark's Citus part. Citus 14 supports 16, 17 and 18 (status 3 on
-# another major: the tests then say why they do not run).
+# Citus 14.0.1, built into this major's server once, for tests/citus.rs and the benchmark's Citus
+# part (scripts/citus.sh says where its source comes from). Citus 14 supports 16, 17 and 18
+# (status 3 on another major: the tests then say why they do not run); a missing source fails.
 citus:
 	@PG_CONFIG=$(PG_CONFIG) scripts/citus.sh $(PG_MAJOR) >/dev/null || test $$? = 3
 

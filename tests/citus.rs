@@ -1,4 +1,4 @@
-//! snowflake on Citus 14.0.1 (PostgreSQL 16, 17 and 18), built from the project's shared source
+//! snowflake on Citus 14.0.1 (PostgreSQL 16, 17 and 18), built from its pinned source
 //! by scripts/citus.sh (once per major) and run as users run it: a coordinator and two workers,
 //! each preloading `citus,snowflake` with its own pair, set up with the README's recipe.
 //!
