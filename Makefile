@@ -3,9 +3,17 @@
 # Every target takes the PostgreSQL major as a parameter: `make install PG_MAJOR=18`. Without it,
 # `make test` runs the whole suite on every major below; the other targets use 15.
 MAJORS   := 14 15 16 17 18
+given = $(filter command line environment,$(origin $(1)))
+# Given only PG_CONFIG, the major is that server's: `make install PG_CONFIG=/usr/lib/postgresql/16/bin/pg_config`.
+ifneq ($(call given,PG_CONFIG),)
+ifeq ($(call given,PG_MAJOR),)
+PG_MAJOR := $(shell $(PG_CONFIG) --version | sed -n 's/^PostgreSQL \([0-9][0-9]*\).*/\1/p')
+endif
+endif
 PG_MAJOR ?= 15
-# `make test` with PG_MAJOR given (on the command line or in the environment) tests that major.
-TEST_MAJORS := $(if $(filter command line environment,$(origin PG_MAJOR)),$(PG_MAJOR),$(MAJORS))
+# `make test` with PG_MAJOR or PG_CONFIG given (on the command line or in the environment) tests
+# that major.
+TEST_MAJORS := $(if $(call given,PG_MAJOR)$(call given,PG_CONFIG),$(PG_MAJOR),$(MAJORS))
 # The major's pg_config, found or installed by scripts/pg.sh (expanded only where it is used).
 PG_CONFIG ?= $(shell scripts/pg.sh $(PG_MAJOR))
 # The pg_upgrade tests upgrade from each of these majors to the one under test, where it is not
