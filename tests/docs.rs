@@ -186,11 +186,8 @@ fn every_recipe_is_run_by_a_test() {
     assert!(unused.is_empty(), "recipes no test runs: {unused:?}");
 }
 
-/// `see "Heading" in docs/file.md` in a message must name a heading of that file.
-#[test]
-fn places_the_messages_point_at_exist() {
-    let mut found = 0;
-    let mut bad = Vec::new();
+/// The extension's source: Rust and SQL under src/.
+fn source_files() -> Vec<PathBuf> {
     let mut sources = Vec::new();
     for dir in ["src", "src/core"] {
         for e in fs::read_dir(root().join(dir)).unwrap() {
@@ -200,7 +197,15 @@ fn places_the_messages_point_at_exist() {
             }
         }
     }
-    for p in sources {
+    sources
+}
+
+/// `see "Heading" in docs/file.md` in a message must name a heading of that file.
+#[test]
+fn places_the_messages_point_at_exist() {
+    let mut found = 0;
+    let mut bad = Vec::new();
+    for p in source_files() {
         let text = fs::read_to_string(&p).unwrap().replace("\\\"", "\"");
         assert!(
             !text.contains("in the README"),
@@ -257,16 +262,7 @@ fn the_reference_lists_every_sqlstate_the_code_raises() {
     );
     let mut raised = BTreeSet::new();
     let mut unknown = Vec::new();
-    let mut sources = Vec::new();
-    for dir in ["src", "src/core"] {
-        for e in fs::read_dir(root().join(dir)).unwrap() {
-            let p = e.unwrap().path();
-            if p.extension().is_some_and(|x| x == "rs" || x == "sql") {
-                sources.push(p);
-            }
-        }
-    }
-    for p in sources {
+    for p in source_files() {
         let text = fs::read_to_string(&p).unwrap();
         let mut names: Vec<String> = Vec::new();
         for (i, _) in text.match_indices("ERRCODE_") {
