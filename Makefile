@@ -26,7 +26,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 DEPS_LEVELS := build package unit demo test bench
 
-.PHONY: deps $(addprefix deps-,$(DEPS_LEVELS)) install pg-config demo test test-major unit \
+.PHONY: deps $(addprefix deps-,$(DEPS_LEVELS)) install pg-config demo test test-major unit glue-unit \
   upgrade-source citus lint bench package clean
 
 # What each target needs, installed where it is missing: `deps-build` for `install`, and so on
@@ -61,13 +61,18 @@ demo: deps-demo install
 
 # Every test: the pure core (unit + property + multi-threaded stress tests) once, then, for each
 # major, the SQL tests against real clusters that the tests start and stop themselves.
-test: unit
+test: unit glue-unit
 	@for m in $(TEST_MAJORS); do $(MAKE) --no-print-directory test-major PG_MAJOR=$$m || exit 1; done
 
-# The lib's tests are built with the crate's default feature (pg15): they need that major's
-# headers and pgrx's config naming it, but no server.
-unit: deps-unit
-	cargo test --lib
+# The pure core's tests (unit, property and multi-threaded stress tests): the crate
+# snowflake-core has no pgrx and no PostgreSQL in its tree, so nothing is installed for them.
+unit:
+	cargo test -p snowflake-core
+
+# The glue's own unit tests are built with the crate's default feature (pg15): they need that
+# major's headers and pgrx's config naming it, but no server.
+glue-unit: deps-unit
+	cargo test -p snowflake --lib
 
 # The test binaries are built once, with the crate's default feature (they drive servers through
 # psql and pgbench, so they do not depend on the major); PG_CONFIG tells them which server to run.

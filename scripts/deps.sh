@@ -6,7 +6,8 @@
 #            from), clang and libclang-dev for bindgen, cargo-pgrx 0.18.1 (the last release that
 #            builds with Rust 1.95), and pgrx's config naming every major installed here.
 #   package  make package: build, and dpkg-dev (dpkg-shlibdeps computes the .deb's dependencies).
-#   unit     make unit (`cargo test --lib`): build, but for the crate's default major (Cargo.toml's
+#   unit     the glue's unit tests in make test (`cargo test -p snowflake --lib`; `make unit`, the
+#            pure core's tests, needs nothing but Rust): build, but for the crate's default major (Cargo.toml's
 #            default feature, pg15) rather than $PG_MAJOR: without --features, pgrx-pg-sys is
 #            compiled against that major's headers, found through pgrx's config. No server runs.
 #   demo     make demo: build, and (as root) the postgres user that runs the throwaway server.

@@ -1,9 +1,10 @@
 //! snowflake: Twitter-style 64-bit Snowflake IDs generated inside PostgreSQL.
 //!
-//! `core` is plain Rust (layout, clock + sequence policy, time parsing); everything else is the
-//! thin pgrx glue that reads settings, takes the LWLock, calls the core and reports errors.
+//! `core` is the crate `snowflake-core` (core/): plain Rust with no pgrx, the layout, the clock
+//! and sequence policy, the lease, fleet and horizon rules. Everything here is the thin pgrx glue
+//! that reads settings, takes the LWLock, calls the core and reports errors.
 
-pub mod core;
+pub use snowflake_core as core;
 
 mod api;
 mod as_owner;

@@ -3,6 +3,7 @@
 
 mod common;
 use common::Cluster;
+use snowflake_core::layout::TEST_VECTORS;
 use std::sync::OnceLock;
 
 /// One server for the read-only checks of this file (datacenter 17, worker 25).
@@ -19,40 +20,21 @@ fn server() -> &'static Cluster {
     })
 }
 
-/// The core's test vectors (src/core/layout.rs), as SQL sees them: (id, created_at, datacenter,
-/// worker, sequence).
-const VECTORS: [(i64, &str, i32, i32, i32); 5] = [
-    (910499571847892992, "2017-09-20 13:43:08.849+00", 17, 25, 0),
-    (0, "2010-11-04 01:42:54.657+00", 0, 0, 0),
-    (
-        9223372036854775807,
-        "2080-07-10 17:30:30.208+00",
-        31,
-        31,
-        4095,
-    ),
-    (4194304, "2010-11-04 01:42:54.658+00", 0, 0, 0),
-    (135168, "2010-11-04 01:42:54.657+00", 1, 1, 0),
-];
-
 #[test]
 fn decode_and_compose_match_the_shared_vectors() {
     let s = server();
-    for (id, ts, dc, w, seq) in VECTORS {
+    // One vector as text, as a user reads it.
+    assert_eq!(
+        s.sql("SET timezone = 'UTC'; SELECT created_at FROM snowflake_decode(910499571847892992)"),
+        "2017-09-20 13:43:08.849+00"
+    );
+    for (id, unix_ms, dc, w, seq) in TEST_VECTORS {
+        let ts = format!("to_timestamp({unix_ms}::numeric / 1000)");
         let got = s.sql(&format!(
-            "SET timezone = 'UTC'; SELECT created_at, datacenter_id, worker_id, sequence FROM snowflake_decode({id})"
+            "SELECT created_at = {ts}, datacenter_id, worker_id, sequence FROM snowflake_decode({id})"
         ));
-        assert_eq!(
-            got,
-            format!(
-                "{}|{dc}|{w}|{seq}",
-                ts.trim_end_matches("+00").to_string() + "+00"
-            ),
-            "decode {id}"
-        );
-        let back = s.sql_i64(&format!(
-            "SELECT snowflake_compose('{ts}', {dc}, {w}, {seq})"
-        ));
+        assert_eq!(got, format!("t|{dc}|{w}|{seq}"), "decode {id}");
+        let back = s.sql_i64(&format!("SELECT snowflake_compose({ts}, {dc}, {w}, {seq})"));
         assert_eq!(back, id, "compose {ts}");
         let field = s.sql(&format!(
             "SELECT (snowflake_decode({id})).created_at = snowflake_timestamp({id})"

@@ -148,7 +148,7 @@ pub fn parse_epoch(text: &str) -> Result<i64, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::layout::TWITTER_EPOCH_MS;
+    use crate::layout::TWITTER_EPOCH_MS;
 
     #[test]
     fn parses_the_documented_forms() {

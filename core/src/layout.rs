@@ -182,31 +182,31 @@ pub fn max_id(unix_ms: i64, epoch_ms: i64) -> Result<i64, LayoutError> {
     Ok(((ms_since_epoch(unix_ms, epoch_ms)? << TIMESTAMP_SHIFT) | LOW_BITS_MASK) as i64)
 }
 
+/// Test vectors, computed from the layout with Twitter's epoch and each checked by hand:
+/// (id, Unix ms, datacenter, worker, sequence). The core's tests and the SQL tests
+/// (tests/sql_api.rs) both check them.
+pub const TEST_VECTORS: [(i64, i64, u32, u32, u32); 5] = [
+    (910_499_571_847_892_992, 1_505_914_988_849, 17, 25, 0),
+    (0, TWITTER_EPOCH_MS, 0, 0, 0),
+    (
+        i64::MAX,
+        TWITTER_EPOCH_MS + MAX_TIMESTAMP as i64,
+        31,
+        31,
+        4095,
+    ),
+    (4_194_304, TWITTER_EPOCH_MS + 1, 0, 0, 0),
+    (135_168, TWITTER_EPOCH_MS, 1, 1, 0),
+];
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    /// Test vectors computed from the layout (the project brief's, with Twitter's epoch), each
-    /// checked by hand:
-    /// (id, unix ms, datacenter, worker, sequence).
-    const VECTORS: [(i64, i64, u32, u32, u32); 5] = [
-        (910_499_571_847_892_992, 1_505_914_988_849, 17, 25, 0),
-        (0, TWITTER_EPOCH_MS, 0, 0, 0),
-        (
-            i64::MAX,
-            TWITTER_EPOCH_MS + MAX_TIMESTAMP as i64,
-            31,
-            31,
-            4095,
-        ),
-        (4_194_304, TWITTER_EPOCH_MS + 1, 0, 0, 0),
-        (135_168, TWITTER_EPOCH_MS, 1, 1, 0),
-    ];
-
     #[test]
-    fn shared_test_vectors_decode_and_compose() {
-        for (id, unix_ms, dc, w, seq) in VECTORS {
+    fn test_vectors_decode_and_compose() {
+        for (id, unix_ms, dc, w, seq) in TEST_VECTORS {
             let p = decompose(id).unwrap();
             assert_eq!(
                 (p.datacenter, p.worker, p.sequence),

@@ -296,7 +296,7 @@ pub enum IssueError<E> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::layout::{decompose, MAX_SEQUENCE, MAX_TIMESTAMP};
+    use crate::layout::{decompose, MAX_SEQUENCE, MAX_TIMESTAMP};
     use proptest::prelude::*;
 
     fn node() -> Node {
@@ -443,11 +443,11 @@ mod tests {
         // A bigserial's keys are tiny: trivially below.
         assert_eq!(s.ensure_above(5_000_000, 1_000_000, 10_000), Ok(0));
         let id = issued(&mut s, 1_000_000, 10_000);
-        let above = crate::core::layout::compose(1_005_000, 31, 31, 4095).unwrap();
+        let above = crate::layout::compose(1_005_000, 31, 31, 4095).unwrap();
         assert_eq!(s.ensure_above(above, 1_000_000, 10_000), Ok(5_000));
         let next = issued(&mut s, 1_000_000, 10_000);
         assert!(next > above && next > id);
-        let far = crate::core::layout::compose(1_020_000, 0, 0, 0).unwrap();
+        let far = crate::layout::compose(1_020_000, 0, 0, 0).unwrap();
         assert_eq!(
             s.ensure_above(far, 1_000_000, 10_000),
             Err(FloorError::TooFarAhead {

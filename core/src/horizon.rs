@@ -71,7 +71,7 @@ pub fn hold(slot: i64, id: i64) -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::generator::{State, Step};
+    use crate::generator::{State, Step};
     use proptest::prelude::*;
     use std::collections::BTreeSet;
 
