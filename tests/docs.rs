@@ -189,7 +189,7 @@ fn every_recipe_is_run_by_a_test() {
 /// The extension's source: Rust and SQL under src/.
 fn source_files() -> Vec<PathBuf> {
     let mut sources = Vec::new();
-    for dir in ["src", "src/core"] {
+    for dir in ["src", "core/src"] {
         for e in fs::read_dir(root().join(dir)).unwrap() {
             let p = e.unwrap().path();
             if p.extension().is_some_and(|x| x == "rs" || x == "sql") {
