@@ -10,7 +10,8 @@ ifeq ($(call given,PG_MAJOR),)
 PG_MAJOR := $(shell $(PG_CONFIG) --version | sed -n 's/^PostgreSQL \([0-9][0-9]*\).*/\1/p')
 endif
 endif
-PG_MAJOR ?= 15
+# The default major is the crate's default feature (Cargo.toml), named there only.
+PG_MAJOR ?= $(shell sed -n 's/^default = \["pg\([0-9][0-9]*\)"\]$$/\1/p' Cargo.toml)
 # `make test` with PG_MAJOR or PG_CONFIG given (on the command line or in the environment) tests
 # that major.
 TEST_MAJORS := $(if $(call given,PG_MAJOR)$(call given,PG_CONFIG),$(PG_MAJOR),$(MAJORS))
@@ -99,6 +100,7 @@ citus:
 # Clippy sees each major's cfg branches only in that major's build.
 lint:
 	cargo fmt --check
+	RUSTDOCFLAGS="-D rustdoc::broken_intra_doc_links" cargo doc --quiet --no-deps --document-private-items -p snowflake-core -p snowflake
 	cargo clippy --all-targets -- -D warnings
 	@for m in $(filter-out 15,$(MAJORS)); do \
 	  echo "cargo clippy --lib --no-default-features --features pg$$m -- -D warnings"; \

@@ -24,7 +24,7 @@ import sys
 import tempfile
 import time
 
-PG_CONFIG = os.environ.get("PG_CONFIG", "/usr/lib/postgresql/15/bin/pg_config")
+PG_CONFIG = os.environ.get("PG_CONFIG") or sys.exit("bench.py: set PG_CONFIG (make bench PG_MAJOR=NN does)")
 BIN = subprocess.run([PG_CONFIG, "--bindir"], capture_output=True, text=True, check=True).stdout.strip()
 MAJOR = int(re.match(r"PostgreSQL (\d+)", subprocess.run([PG_CONFIG, "--version"], capture_output=True, text=True,
                                                           check=True).stdout).group(1))

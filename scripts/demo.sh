@@ -2,7 +2,7 @@
 # Starts a throwaway PostgreSQL with snowflake preloaded (own port and socket directory, run as
 # the postgres user), shows the extension at work, and stops the server again.
 set -euo pipefail
-PG_CONFIG=${PG_CONFIG:-/usr/lib/postgresql/15/bin/pg_config}
+PG_CONFIG=${PG_CONFIG:?run it as make demo (PG_MAJOR=NN)}
 BIN=$("$PG_CONFIG" --bindir)
 DIR=$(mktemp -d /tmp/snowflake-demo.XXXXXX)
 PORT=${DEMO_PORT:-54329}

@@ -21,11 +21,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 level=${1:-}
-PG_MAJOR=${PG_MAJOR:-15}
 PGRX_VERSION=0.18.1
 # The major that a build without --features is for.
 DEFAULT_MAJOR=$(sed -n 's/^default = \["pg\([0-9][0-9]\)"\]$/\1/p' Cargo.toml)
 [ -n "$DEFAULT_MAJOR" ] || { echo "deps: Cargo.toml has no default pgNN feature" >&2; exit 1; }
+PG_MAJOR=${PG_MAJOR:-$DEFAULT_MAJOR}
 
 sudo_() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
 installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }

@@ -8,7 +8,7 @@
 # it is installed, only on its compile-time settings, which pgrx checks in the magic block.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PG_MAJOR=${PG_MAJOR:-15}
+PG_MAJOR=${PG_MAJOR:?run it as make package PG_MAJOR=NN}
 PG_CONFIG=${PG_CONFIG:-$(scripts/pg.sh "$PG_MAJOR")}
 VERSION=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
 ARCH=$(dpkg --print-architecture)

@@ -2,7 +2,7 @@
 //! Django 5 and node-postgres, installed from PyPI and npm into a cache of the tests' own.
 
 mod common;
-use common::{readme_recipe, Cluster};
+use common::{readme_recipe, run, Cluster};
 use std::path::PathBuf;
 use std::process::Command;
 use std::sync::{Mutex, OnceLock};
@@ -22,17 +22,6 @@ fn cache() -> PathBuf {
             PathBuf::from(std::env::var("HOME").unwrap_or_else(|_| "/root".into()))
                 .join(".cache/snowflake-clients")
         })
-}
-
-fn run(cmd: &mut Command) -> String {
-    let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
-    let text = String::from_utf8_lossy(&out.stdout).to_string();
-    assert!(
-        out.status.success(),
-        "{cmd:?} failed:\n{text}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    text
 }
 
 /// Installs what is missing, once per process (the tests of this file share the cache).

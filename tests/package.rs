@@ -2,7 +2,7 @@
 //! installation (no files of ours, no Rust toolchain involved), must be all a server needs.
 
 mod common;
-use common::{bindir, pg_config, pg_major, Cluster};
+use common::{bindir, pg_config, pg_major, run, Cluster};
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -21,16 +21,6 @@ fn find_deb(major: u32) -> PathBuf {
         .unwrap_or_else(|| {
             panic!("no {want}*.deb under target/: run `make package PG_MAJOR={major}` first")
         })
-}
-
-fn run(cmd: &mut Command) -> String {
-    let out = cmd.output().unwrap();
-    assert!(
-        out.status.success(),
-        "{cmd:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).to_string()
 }
 
 /// The directories a server's installation consists of: its prefix, its share directory, and

@@ -16,6 +16,18 @@ fn pg_config_path() -> String {
     std::env::var("PG_CONFIG").unwrap_or_else(|_| "/usr/bin/pg_config".into())
 }
 
+/// Runs a command that must succeed; its standard output (both outputs in the panic if not).
+pub fn run(cmd: &mut Command) -> String {
+    let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed:\n{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    text
+}
+
 /// One answer of the server's pg_config, e.g. `pg_config("--sharedir")`.
 pub fn pg_config(arg: &str) -> String {
     pg_config_of(&pg_config_path(), arg)
