@@ -101,7 +101,7 @@ citus:
 lint:
 	cargo fmt --check
 	RUSTDOCFLAGS="-D rustdoc::broken_intra_doc_links" cargo doc --quiet --no-deps --document-private-items -p snowflake-core -p snowflake
-	cargo clippy --all-targets -- -D warnings
+	cargo clippy --all-targets --workspace -- -D warnings
 	@for m in $(filter-out 15,$(MAJORS)); do \
 	  echo "cargo clippy --lib --no-default-features --features pg$$m -- -D warnings"; \
 	  cargo clippy --quiet --lib --no-default-features --features pg$$m -- -D warnings || exit 1; done
