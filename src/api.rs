@@ -5,7 +5,7 @@ use crate::core::generator::{issue, GenError, IssueError, Step};
 use crate::core::layout::{self, decompose};
 use crate::core::time::{pg_timestamp_to_unix_ms, unix_ms_to_pg_timestamp};
 use crate::errors;
-use crate::shmem;
+use crate::generator;
 use pgrx::prelude::*;
 
 /// How long a call waits for the lease worker before giving up with an error.
@@ -23,7 +23,7 @@ const LEASE_WAIT_LIMIT: std::time::Duration = std::time::Duration::from_secs(10)
 pub unsafe extern "C-unwind" fn snowflake_nextval_wrapper(
     _fcinfo: pg_sys::FunctionCallInfo,
 ) -> pg_sys::Datum {
-    let first = unsafe { shmem::hot_attempt() };
+    let first = unsafe { generator::hot_attempt() };
     if let Some(Ok(Step::Issued(id))) = first {
         return pg_sys::Datum::from(id);
     }
@@ -57,7 +57,7 @@ unsafe extern "C-unwind" fn nextval_slow(first: &Option<Result<Step, GenError>>)
     if unsafe { pg_sys::RecoveryInProgress() } {
         errors::in_recovery("snowflake_nextval()");
     }
-    shmem::enable_hot_path();
+    generator::enable_hot_path(crate::horizon::hot_slot());
     let mut pending = *first;
     let mut lease_deadline = None;
     let result = issue(
@@ -65,7 +65,7 @@ unsafe extern "C-unwind" fn nextval_slow(first: &Option<Result<Step, GenError>>)
         || {
             pending
                 .take()
-                .or_else(|| unsafe { shmem::hot_attempt() })
+                .or_else(|| unsafe { generator::hot_attempt() })
                 .expect("hot path enabled above")
         },
         // Waits happen with the lock released, and stay interruptible.
@@ -79,7 +79,7 @@ unsafe extern "C-unwind" fn nextval_slow(first: &Option<Result<Step, GenError>>)
                     if std::time::Instant::now() > deadline {
                         return Err(());
                     }
-                    shmem::wake_worker();
+                    generator::wake_worker();
                     unsafe { pg_sys::pg_usleep(200) };
                 }
                 Step::Issued(_) => {}
@@ -91,24 +91,29 @@ unsafe extern "C-unwind" fn nextval_slow(first: &Option<Result<Step, GenError>>)
     match result {
         Ok(id) => id,
         Err(IssueError::Gen(GenError::Refused)) => {
-            let foreign = shmem::GENERATOR.share().foreign.get();
+            let foreign = generator::GENERATOR.share().foreign.get();
             match foreign {
-                Some((what, owner)) => errors::foreign_object(&what, &owner, &config::database()),
+                Some((what, owner)) => errors::foreign_object(
+                    &what,
+                    &owner,
+                    &config::database(),
+                    crate::lease::FOREIGN_RECHECK,
+                ),
                 None => crate::fleet::refuse(),
             }
         }
         Err(IssueError::Gen(GenError::ClockBehind { behind_ms, .. })) if epoch_moved_later() => {
-            let recorded = shmem::GENERATOR.share().recorded_epoch_ms;
+            let recorded = generator::GENERATOR.share().recorded_epoch_ms;
             errors::epoch_moved_later(recorded, epoch_ms(), behind_ms)
         }
-        Err(IssueError::Gen(e)) => errors::generator(e),
+        Err(IssueError::Gen(e)) => errors::generator(e, config::epoch_ms()),
         Err(IssueError::Wait(())) => errors::lease_not_ready(LEASE_WAIT_LIMIT, &config::database()),
     }
 }
 
 /// Whether the persisted mark was written under an epoch earlier than the configured one.
 fn epoch_moved_later() -> bool {
-    let recorded = shmem::GENERATOR.share().recorded_epoch_ms;
+    let recorded = generator::GENERATOR.share().recorded_epoch_ms;
     recorded != i64::MIN && recorded < epoch_ms()
 }
 

@@ -108,7 +108,7 @@ pub fn infinite_timestamp() -> ! {
     )
 }
 
-pub fn generator(e: GenError) -> ! {
+pub fn generator(e: GenError, epoch_ms: i64) -> ! {
     match e {
         GenError::ClockBehind { behind_ms, max_drift_ms } => raise(
             PgSqlErrorCode::ERRCODE_SYSTEM_ERROR,
@@ -122,8 +122,7 @@ pub fn generator(e: GenError) -> ! {
             PgSqlErrorCode::ERRCODE_SYSTEM_ERROR,
             "could not generate a snowflake ID because the system clock reads before snowflake.epoch".into(),
             Some(format!(
-                "The clock reads {before_ms} ms before the epoch {} (Unix ms); snowflake timestamps count from it.",
-                crate::config::epoch_ms()
+                "The clock reads {before_ms} ms before the epoch {epoch_ms} (Unix ms); snowflake timestamps count from it."
             )),
             Some("IDs are issued once the clock passes the epoch. If the clock is right, snowflake.epoch is wrong: set a past instant and restart the server."),
         ),
@@ -145,7 +144,7 @@ pub fn generator(e: GenError) -> ! {
 }
 
 /// The lease worker found an object in `_snowflake` that no superuser owns.
-pub fn foreign_object(what: &str, owner: &str, database: &str) -> ! {
+pub fn foreign_object(what: &str, owner: &str, database: &str, recheck: std::time::Duration) -> ! {
     raise(
         PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
         "snowflake ID generation is refused: the lease worker does not trust an object it did not create".into(),
@@ -154,7 +153,7 @@ pub fn foreign_object(what: &str, owner: &str, database: &str) -> ! {
         )),
         Some(&format!(
             "A superuser should find out who made it and why. If it holds no mark of this server (it was made before snowflake first ran there), drop it (DROP SCHEMA _snowflake CASCADE, in database \"{database}\"); if a superuser made it, give it to one (ALTER ... OWNER TO a superuser). The worker looks again every {} s.",
-            crate::lease::FOREIGN_RECHECK.as_secs()
+            recheck.as_secs()
         )),
     )
 }

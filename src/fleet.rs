@@ -12,7 +12,7 @@ use crate::core::fleet::{conflict, Claim, Liveness, PathEvent, PathReading, Path
 use crate::core::layout::{assemble, Node, MAX_SEQUENCE, MAX_TIMESTAMP};
 use crate::core::time::{pg_timestamp_to_unix_ms, unix_ms_to_pg_timestamp};
 use crate::errors;
-use crate::shmem::GENERATOR;
+use crate::generator::GENERATOR;
 use pgrx::bgworkers::BackgroundWorker;
 use pgrx::prelude::*;
 
@@ -218,7 +218,7 @@ pub fn refresh(
     {
         let mut g = GENERATOR.exclusive();
         g.state.refused = found.is_some();
-        g.conflict = found.unwrap_or(NO_CLAIM);
+        g.conflict = found.unwrap_or(Claim::NONE);
         g.claims_stale = only_because_stale;
     }
     match (seen, found) {
@@ -234,17 +234,6 @@ pub fn refresh(
     found
 }
 
-/// What `Shared::conflict` holds while there is none.
-pub const NO_CLAIM: Claim = Claim {
-    system_identifier: 0,
-    version: 0,
-    datacenter: 0,
-    worker: 0,
-    last_seen_unix_ms: 0,
-    lease_id: 0,
-    retired: false,
-};
-
 pub fn last_seen(c: &Claim) -> Option<TimestampWithTimeZone> {
     TimestampWithTimeZone::try_from(unix_ms_to_pg_timestamp(c.last_seen_unix_ms)).ok()
 }
@@ -254,7 +243,7 @@ pub fn refuse() -> ! {
     let node = config::node();
     let (other, stale) = {
         let g = GENERATOR.share();
-        (g.conflict().unwrap_or(NO_CLAIM), g.claims_stale)
+        (g.conflict().unwrap_or(Claim::NONE), g.claims_stale)
     };
     let seen = last_seen(&other)
         .map(|t| t.to_string())

@@ -4,7 +4,7 @@
 //! issued to a transaction that has not yet ended and become visible is at or above the value in
 //! that transaction's holding slot, or, for a prepared transaction, in its prepared entry.
 //! The pieces that keep it, each with its reason:
-//! - `shmem::hot_attempt` stores the ID into the slot in the critical section that issues it, so
+//! - `generator::hot_attempt` stores the ID into the slot in the critical section that issues it, so
 //!   no reader under the generator's lock can see an issued ID that no slot holds;
 //! - the slot of a backend is its PGPROC's index; a parallel worker uses its lock group leader's,
 //!   since its IDs belong to the leader's transaction (the leader waits for its workers before it
@@ -27,7 +27,7 @@
 use crate::config;
 use crate::core::horizon::{advance, horizon, position, EMPTY, UNKNOWN};
 use crate::errors;
-use crate::shmem::GENERATOR;
+use crate::generator::GENERATOR;
 use pgrx::prelude::*;
 use pgrx::{pg_sys, PgSqlErrorCode};
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
@@ -375,7 +375,7 @@ fn advance_idle_generator() {
         if !short || std::time::Instant::now() > deadline {
             return;
         }
-        crate::shmem::wake_worker();
+        crate::generator::wake_worker();
         unsafe { pg_sys::pg_usleep(200) };
         pg_sys::check_for_interrupts!();
     }

@@ -24,7 +24,7 @@ use crate::config;
 use crate::core::fleet::REFRESH_MS;
 use crate::core::lease::{forward_jump, raised_mark, renewal, restored_floor};
 use crate::core::time::{Clock, SystemClock};
-use crate::shmem::{ForeignObject, GENERATOR};
+use crate::generator::{ForeignObject, GENERATOR};
 use pgrx::bgworkers::{BackgroundWorker, BackgroundWorkerBuilder, BgWorkerStartTime};
 use pgrx::prelude::*;
 use std::ffi::{CStr, CString};

@@ -12,10 +12,10 @@ mod codec;
 mod config;
 mod errors;
 mod fleet;
+mod generator;
 mod horizon;
 mod lease;
 mod partitions;
-mod shmem;
 mod status;
 
 // The magic block says which server the library was built for. From PostgreSQL 18 it also
@@ -53,7 +53,7 @@ pub extern "C-unwind" fn _PG_init() {
         return;
     }
     config::init_preloaded();
-    shmem::init();
+    generator::init();
     if config::track_horizon() {
         horizon::init();
     }

@@ -6,7 +6,7 @@ use crate::core::generator::FloorError;
 use crate::core::layout::MAX_TIMESTAMP;
 use crate::core::time::{unix_ms_to_pg_timestamp, Clock, SystemClock};
 use crate::errors;
-use crate::shmem::{self, GENERATOR};
+use crate::generator::{self, GENERATOR};
 use pgrx::prelude::*;
 use pgrx::PgSqlErrorCode;
 
@@ -200,7 +200,7 @@ pub fn set_floor(id: i64) {
     let now = SystemClock.now_unix_ms() - epoch_ms();
     let result = GENERATOR.exclusive().state.ensure_above(id, now, drift);
     match result {
-        Ok(_) => shmem::wake_worker(),
+        Ok(_) => generator::wake_worker(),
         Err(FloorError::Negative) => errors::layout(crate::core::layout::LayoutError::NegativeId(id), epoch_ms()),
         Err(FloorError::TooFarAhead { ahead_ms, max_drift_ms }) => errors::raise(
             PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,

@@ -49,6 +49,19 @@ pub struct Claim {
     pub retired: bool,
 }
 
+impl Claim {
+    /// No claim: what the generator's conflict holds while there is none.
+    pub const NONE: Claim = Claim {
+        system_identifier: 0,
+        version: 0,
+        datacenter: 0,
+        worker: 0,
+        last_seen_unix_ms: 0,
+        lease_id: 0,
+        retired: false,
+    };
+}
+
 /// Another server's claim on our pair.
 fn others_on_our_pair(
     me: i64,

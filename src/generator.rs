@@ -2,9 +2,9 @@
 //! every backend and parallel worker shares one last timestamp and one sequence.
 
 use crate::core::generator::State;
+use pgrx::shmem::PGRXSharedMemory;
 use pgrx::lwlock::PgLwLock;
 use pgrx::prelude::*;
-use pgrx::shmem::PGRXSharedMemory;
 use pgrx::{pg_shmem_init, pg_sys};
 
 #[derive(Clone, Copy)]
@@ -81,7 +81,7 @@ impl Default for Shared {
             worker_latch: 0,
             worker_pid: 0,
             issued_at_renewal: 0,
-            conflict: crate::fleet::NO_CLAIM,
+            conflict: crate::core::fleet::Claim::NONE,
             claims_stale: false,
             foreign: ForeignObject::NONE,
             recorded_epoch_ms: i64::MIN,
@@ -133,13 +133,14 @@ mod unguarded {
     }
 }
 
-pub fn enable_hot_path() {
+/// Sets up the hot path of this process; `slot` is the read horizon's slot that its IDs are held
+/// in (null when tracking is off).
+pub fn enable_hot_path(slot: *const std::sync::atomic::AtomicI64) {
     // SAFETY: backends are single-threaded; the pointers stay valid for the process's life.
     unsafe {
         if HOT.shared.is_null() {
             let lock = &raw mut (*pg_sys::GetNamedLWLockTranche(GENERATOR.name().as_ptr())).lock;
             let shared: *mut Shared = &mut *GENERATOR.exclusive();
-            let slot = crate::horizon::hot_slot();
             HOT = Hot { shared, lock, slot };
         }
     }
@@ -181,8 +182,10 @@ pub unsafe fn hot_attempt(
         if let Ok(crate::core::generator::Step::Issued(id)) = step {
             if !hot.slot.is_null() {
                 let slot = &*hot.slot;
-                if id < slot.load(std::sync::atomic::Ordering::Relaxed) {
-                    slot.store(id, std::sync::atomic::Ordering::Relaxed);
+                let held = slot.load(std::sync::atomic::Ordering::Relaxed);
+                let hold = crate::core::horizon::hold(held, id);
+                if hold != held {
+                    slot.store(hold, std::sync::atomic::Ordering::Relaxed);
                 }
             }
         }
