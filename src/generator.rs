@@ -2,9 +2,9 @@
 //! every backend and parallel worker shares one last timestamp and one sequence.
 
 use crate::core::generator::State;
-use pgrx::shmem::PGRXSharedMemory;
 use pgrx::lwlock::PgLwLock;
 use pgrx::prelude::*;
+use pgrx::shmem::PGRXSharedMemory;
 use pgrx::{pg_shmem_init, pg_sys};
 
 #[derive(Clone, Copy)]

@@ -14,10 +14,11 @@ fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// Every Markdown file of the project: the README, CONTRIBUTING, CHANGELOG and docs/.
+/// Every Markdown file of the project: the README, CONTRIBUTING, CHANGELOG, ARCHITECTURE and
+/// docs/.
 fn markdown_files() -> Vec<PathBuf> {
     let mut files = doc_files();
-    files.extend(["CONTRIBUTING.md", "CHANGELOG.md"].map(|f| root().join(f)));
+    files.extend(["CONTRIBUTING.md", "CHANGELOG.md", "ARCHITECTURE.md"].map(|f| root().join(f)));
     files
 }
 
