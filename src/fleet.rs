@@ -9,7 +9,7 @@
 
 use crate::config;
 use crate::core::fleet::{conflict, Claim, Liveness, PathEvent, PathReading, PathWatch};
-use crate::core::layout::{assemble, Node, MAX_SEQUENCE, MAX_TIMESTAMP};
+use crate::core::layout::{assemble, Node, MAX_SEQUENCE};
 use crate::core::time::{pg_timestamp_to_unix_ms, unix_ms_to_pg_timestamp};
 use crate::errors;
 use crate::generator::GENERATOR;
@@ -88,13 +88,7 @@ pub fn handover_floor(node: Node) -> Option<i64> {
 /// The highest ID this server may have issued: the last ID of its lease (or of its floor before
 /// the first lease since start-up).
 fn my_lease_id(node: Node) -> i64 {
-    let g = GENERATOR.share();
-    let lease = if g.state.lease_ms == u64::MAX {
-        0
-    } else {
-        g.state.lease_ms
-    };
-    let ms = lease.max(g.state.last_ms).min(MAX_TIMESTAMP);
+    let ms = GENERATOR.share().state.highest_possible_ms();
     if ms == 0 {
         0
     } else {
@@ -217,7 +211,7 @@ pub fn refresh(
     let only_because_stale = found.is_some() && conflict(me, dc, w, &claims, live).is_none();
     {
         let mut g = GENERATOR.exclusive();
-        g.state.refused = found.is_some();
+        g.state.set_refused(found.is_some());
         g.conflict = found.unwrap_or(Claim::NONE);
         g.claims_stale = only_because_stale;
     }

@@ -72,12 +72,10 @@ impl ForeignObject {
 
 impl Default for Shared {
     fn default() -> Self {
-        let mut state = State::new();
-        // Nothing may be issued until the lease worker has read the persisted high-water mark
-        // and written a lease above it.
-        state.lease_ms = 0;
         Shared {
-            state,
+            // Nothing may be issued until the lease worker has read the persisted high-water
+            // mark and written a lease above it.
+            state: State::awaiting_lease(),
             worker_latch: 0,
             worker_pid: 0,
             issued_at_renewal: 0,
@@ -92,7 +90,7 @@ impl Default for Shared {
 impl Shared {
     /// The other server's claim while the generator refuses because of it.
     pub fn conflict(&self) -> Option<crate::core::fleet::Claim> {
-        (self.state.refused && self.foreign.get().is_none()).then_some(self.conflict)
+        (self.state.refused() && self.foreign.get().is_none()).then_some(self.conflict)
     }
 }
 

@@ -25,7 +25,7 @@
 //!   that cannot record a survivor reports -1 and runs again at the next call.
 
 use crate::config;
-use crate::core::horizon::{advance, horizon, position, EMPTY, UNKNOWN};
+use crate::core::horizon::{horizon, EMPTY, UNKNOWN};
 use crate::errors;
 use crate::generator::GENERATOR;
 use pgrx::prelude::*;
@@ -361,17 +361,7 @@ fn advance_idle_generator() {
     loop {
         let now = crate::core::time::Clock::now_unix_ms(&crate::core::time::SystemClock)
             - config::epoch_ms();
-        let short = {
-            let mut g = GENERATOR.exclusive();
-            let (to, short) = advance(now, g.state.last_ms, g.state.lease_ms);
-            if let Some(to) = to {
-                g.state.raise_floor(to);
-            }
-            if short {
-                g.state.lease_wanted = true;
-            }
-            short
-        };
+        let short = { GENERATOR.exclusive().state.advance_idle(now) };
         if !short || std::time::Instant::now() > deadline {
             return;
         }
@@ -430,7 +420,7 @@ fn read_horizon(function: &str, advance: bool) -> i64 {
     }
     let node = config::node();
     let shared = GENERATOR.share();
-    let p = position(shared.state.last_ms, shared.state.last_seq, node);
+    let p = shared.state.position(node);
     let h = unsafe { SEGMENT };
     let slots = unsafe { std::slice::from_raw_parts(slots_ptr(h), (*h).slots) };
     let held = slots.iter().map(|s| s.load(Ordering::Acquire)).chain(

@@ -22,7 +22,7 @@
 
 use crate::config;
 use crate::core::fleet::REFRESH_MS;
-use crate::core::lease::{forward_jump, raised_mark, renewal, restored_floor};
+use crate::core::lease::{forward_jump, restored_floor};
 use crate::core::time::{Clock, SystemClock};
 use crate::generator::{ForeignObject, GENERATOR};
 use pgrx::bgworkers::{BackgroundWorker, BackgroundWorkerBuilder, BgWorkerStartTime};
@@ -258,7 +258,7 @@ fn wait_while_foreign_objects() {
             None => {
                 if g.foreign.get().is_some() {
                     g.foreign = ForeignObject::NONE;
-                    g.state.refused = false;
+                    g.state.set_refused(false);
                     drop(g);
                     log!("snowflake: the objects of schema {SCHEMA} are owned by superusers again; the lease worker continues");
                 }
@@ -266,7 +266,7 @@ fn wait_while_foreign_objects() {
             }
             Some((what, owner)) => {
                 g.foreign = ForeignObject::new(&what, &owner);
-                g.state.refused = true;
+                g.state.set_refused(true);
                 drop(g);
                 if !warned {
                     warning!(
@@ -415,16 +415,13 @@ fn renew(epoch: i64, drift: u64) -> Option<u64> {
         // restore of a dump of a server whose IDs ran ahead): IDs go above it from now on.
         let (mark, recorded) = read_mark();
         {
-            let mut g = GENERATOR.exclusive();
-            if let Some(floor) = raised_mark(mark, recorded, epoch, g.state.lease_ms) {
-                g.state.raise_floor(floor);
-            }
+            GENERATOR
+                .exclusive()
+                .state
+                .follow_raised_mark(mark, recorded, epoch);
         }
         let now = SystemClock.now_unix_ms() - epoch;
-        let lease = {
-            let g = GENERATOR.share();
-            renewal(now, g.state.last_ms, g.state.lease_ms, true, drift)
-        }?;
+        let lease = { GENERATOR.share().state.renewal(now, true, drift) }?;
         // The mark never goes down: not below a value written by someone else either. (GREATEST
         // is syntax, not a function on the search_path; it compares with bigint's own btree.)
         Spi::run_with_args(
@@ -511,9 +508,7 @@ pub extern "C-unwind" fn snowflake_lease_worker_main(_arg: pg_sys::Datum) {
         if let Some(jump) = forward_jump(wall - looked.0, elapsed) {
             {
                 let mut g = GENERATOR.exclusive();
-                g.state.stats.clock_forward_jumps += 1;
-                g.state.stats.largest_clock_forward_ms =
-                    g.state.stats.largest_clock_forward_ms.max(jump);
+                g.state.record_forward_jump(jump);
             }
             warning!(
                 "snowflake: the system clock jumped forward by {jump} ms; IDs issued from now on carry its time, and if it is wrong they stay ahead of real time after it is corrected (see \"Clock faults\" in docs/operations.md)"
@@ -525,15 +520,14 @@ pub extern "C-unwind" fn snowflake_lease_worker_main(_arg: pg_sys::Datum) {
         let now = wall - epoch;
         let plan = {
             let g = GENERATOR.share();
-            let wanted = g.state.lease_wanted || g.state.stats.issued != g.issued_at_renewal;
-            renewal(now, g.state.last_ms, g.state.lease_ms, wanted, drift)
+            let wanted = g.state.lease_wanted() || g.state.stats().issued != g.issued_at_renewal;
+            g.state.renewal(now, wanted, drift)
         };
         if plan.is_some() {
             if let Some(lease) = renew(epoch, drift) {
                 let mut g = GENERATOR.exclusive();
-                g.state.lease_ms = g.state.lease_ms.max(lease);
-                g.state.lease_wanted = false;
-                g.issued_at_renewal = g.state.stats.issued;
+                g.state.grant_lease(lease);
+                g.issued_at_renewal = g.state.stats().issued;
                 g.recorded_epoch_ms = epoch;
             }
         }

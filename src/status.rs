@@ -48,7 +48,7 @@ fn snowflake_node() -> TableIterator<
     let shared = *GENERATOR.share();
     let now = SystemClock.now_unix_ms() - epoch_ms();
     let node = config::node();
-    let issued_any = shared.state.stats.issued > 0 || shared.state.last_ms > 0;
+    let issued_any = shared.state.issued_any();
     let conflict = shared.conflict();
     TableIterator::once((
         node.datacenter() as i32,
@@ -57,19 +57,18 @@ fn snowflake_node() -> TableIterator<
             .expect("epoch is a valid timestamp"),
         config::max_clock_drift_ms() as i64,
         if issued_any {
-            timestamp(shared.state.last_ms)
+            timestamp(shared.state.last_ms())
         } else {
             None
         },
         if issued_any {
-            (shared.state.last_ms as i64 - now).max(0)
+            (shared.state.last_ms() as i64 - now).max(0)
         } else {
             0
         },
-        if shared.state.lease_ms > 0 {
-            timestamp(shared.state.lease_ms)
-        } else {
-            None
+        match shared.state.lease() {
+            Some(lease) if lease > 0 => timestamp(lease),
+            _ => None,
         },
         (shared.worker_pid != 0 && shared.worker_latch != 0).then_some(shared.worker_pid),
         crate::fleet::system_identifier(),
@@ -169,7 +168,7 @@ fn snowflake_stats() -> TableIterator<
     ),
 > {
     require_preload("snowflake_stats()");
-    let s = GENERATOR.share().state.stats;
+    let s = GENERATOR.share().state.stats();
     TableIterator::once((
         s.issued as i64,
         s.borrowed_ms as i64,

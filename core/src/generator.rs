@@ -38,25 +38,28 @@ pub struct Stats {
     pub errors: u64,
 }
 
+/// The generator's state. Its fields are the core's: the glue reads them through the accessors
+/// below and changes them only through named transitions, so every rule about the state is here,
+/// where the tests see it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(C)]
 pub struct State {
     /// Timestamp field (ms since the epoch) of the last ID issued, or the floor to start above.
-    pub last_ms: u64,
+    pub(crate) last_ms: u64,
     /// Sequence of the last ID issued; `MAX_SEQUENCE` means "nothing left in `last_ms`".
-    pub last_seq: u32,
+    pub(crate) last_seq: u32,
     /// The highest timestamp IDs may carry until the lease is renewed (see `lease.rs`);
     /// `u64::MAX` when no lease is required.
-    pub lease_ms: u64,
+    pub(crate) lease_ms: u64,
     /// The highest clock reading seen, to tell a clock that went back from a borrowed lead.
-    pub clock_high: i64,
-    pub behind: bool,
+    pub(crate) clock_high: i64,
+    pub(crate) behind: bool,
     /// Set when an ID had to wait for the lease: tells the renewer that it is needed now.
-    pub lease_wanted: bool,
+    pub(crate) lease_wanted: bool,
     /// Set while another live server claims this server's datacenter and worker ID (see
     /// `fleet.rs`): issuing would repeat its IDs, so nothing is issued until it clears.
-    pub refused: bool,
-    pub stats: Stats,
+    pub(crate) refused: bool,
+    pub(crate) stats: Stats,
 }
 
 impl Default for State {
@@ -136,6 +139,84 @@ pub fn first_sequence(ms: u64) -> u32 {
 }
 
 impl State {
+    /// A state that issues nothing until a lease is granted: what a server starts with, before
+    /// the lease worker has read the persisted mark and written a lease above it.
+    pub const fn awaiting_lease() -> State {
+        let mut s = State::new();
+        s.lease_ms = 0;
+        s
+    }
+
+    /// Timestamp field (ms since the epoch) of the last ID issued, or the floor to start above.
+    #[inline]
+    pub fn last_ms(&self) -> u64 {
+        self.last_ms
+    }
+
+    /// Sequence of the last ID issued (`MAX_SEQUENCE`: nothing left in `last_ms`).
+    #[inline]
+    pub fn last_seq(&self) -> u32 {
+        self.last_seq
+    }
+
+    /// The highest timestamp IDs may carry until the lease is renewed, or `None` when this state
+    /// needs no lease.
+    pub fn lease(&self) -> Option<u64> {
+        (self.lease_ms != u64::MAX).then_some(self.lease_ms)
+    }
+
+    /// Whether nothing is issued now because another server claims the pair or an object was
+    /// not trusted (see `set_refused`).
+    pub fn refused(&self) -> bool {
+        self.refused
+    }
+
+    /// The highest timestamp this state may have issued IDs under: its lease, or before the first
+    /// lease its floor (0 when neither is known).
+    pub fn highest_possible_ms(&self) -> u64 {
+        let lease = self.lease().unwrap_or(0);
+        lease.max(self.last_ms).min(MAX_TIMESTAMP)
+    }
+
+    /// Whether an ID waited for the lease since it was last granted: the renewer is needed now.
+    pub fn lease_wanted(&self) -> bool {
+        self.lease_wanted
+    }
+
+    /// Whether anything was issued, or a floor set, since the state was made.
+    pub fn issued_any(&self) -> bool {
+        self.stats.issued > 0 || self.last_ms > 0
+    }
+
+    /// The counters.
+    pub fn stats(&self) -> Stats {
+        self.stats
+    }
+
+    /// A lease up to `lease_ms` is persisted. The lease never goes down: a grant below the one
+    /// held changes nothing (a renewal that raced a higher one).
+    pub fn grant_lease(&mut self, lease_ms: u64) {
+        self.lease_ms = self.lease_ms.max(lease_ms);
+        self.lease_wanted = false;
+    }
+
+    /// Asks the renewer for a lease now (an idle generator about to be committed ahead).
+    pub fn want_lease(&mut self) {
+        self.lease_wanted = true;
+    }
+
+    /// While `refused`, nothing is issued: another live server claims this server's pair, or the
+    /// lease worker does not trust an object it found.
+    pub fn set_refused(&mut self, refused: bool) {
+        self.refused = refused;
+    }
+
+    /// Counts a forward jump of the wall clock of `jump_ms`, seen by the lease worker.
+    pub fn record_forward_jump(&mut self, jump_ms: u64) {
+        self.stats.clock_forward_jumps += 1;
+        self.stats.largest_clock_forward_ms = self.stats.largest_clock_forward_ms.max(jump_ms);
+    }
+
     pub const fn new() -> State {
         State {
             last_ms: 0,
@@ -584,5 +665,36 @@ mod tests {
                 }
             }
         }
+    }
+    #[test]
+    fn a_lease_is_never_lowered_and_a_grant_answers_the_want() {
+        let mut s = State::awaiting_lease();
+        assert_eq!(s.lease(), Some(0));
+        assert!(matches!(
+            s.next(1000, node(), 0),
+            Ok(Step::WaitLease { .. })
+        ));
+        assert!(s.lease_wanted());
+        s.grant_lease(5000);
+        assert_eq!((s.lease(), s.lease_wanted()), (Some(5000), false));
+        s.grant_lease(3000);
+        assert_eq!(s.lease(), Some(5000));
+        s.want_lease();
+        assert!(s.lease_wanted());
+        assert_eq!(State::new().lease(), None);
+    }
+
+    #[test]
+    fn forward_jumps_count_and_keep_the_largest() {
+        let mut s = State::new();
+        s.record_forward_jump(2000);
+        s.record_forward_jump(500);
+        assert_eq!(
+            (
+                s.stats().clock_forward_jumps,
+                s.stats().largest_clock_forward_ms
+            ),
+            (2, 2000)
+        );
     }
 }

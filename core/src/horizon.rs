@@ -55,6 +55,26 @@ pub fn advance(now_ms: i64, last_ms: u64, lease_ms: u64) -> (Option<u64>, bool) 
     ((to > last_ms).then_some(to), target > lease_ms)
 }
 
+impl crate::generator::State {
+    /// This state's position: the last ID it issued, or the end of its floor's millisecond.
+    pub fn position(&self, node: Node) -> i64 {
+        position(self.last_ms, self.last_seq, node)
+    }
+
+    /// Commits an idle generator to the clock (`advance`): raises its floor, and asks for a
+    /// lease when the lease is short of the clock. Returns whether it was short.
+    pub fn advance_idle(&mut self, now_ms: i64) -> bool {
+        let (to, short) = advance(now_ms, self.last_ms, self.lease_ms);
+        if let Some(to) = to {
+            self.raise_floor(to);
+        }
+        if short {
+            self.want_lease();
+        }
+        short
+    }
+}
+
 /// The horizon, from the generator's position and the smallest ID of every holding slot and
 /// prepared entry (empty ones are `EMPTY`). It can be -1 (nothing is settled yet).
 pub fn horizon(position: i64, held: impl IntoIterator<Item = i64>) -> i64 {

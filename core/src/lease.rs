@@ -72,6 +72,26 @@ pub fn raised_mark(
     (floor > own_lease_ms).then_some(floor)
 }
 
+impl crate::generator::State {
+    /// The lease to write now for this state, if any (`renewal` with its timestamp and lease).
+    pub fn renewal(&self, now_ms: i64, wanted: bool, max_drift_ms: u64) -> Option<u64> {
+        renewal(now_ms, self.last_ms, self.lease_ms, wanted, max_drift_ms)
+    }
+
+    /// Follows a persisted mark that someone else raised above this state's lease
+    /// (`raised_mark`): every ID from now on goes above it.
+    pub fn follow_raised_mark(
+        &mut self,
+        mark_unix_ms: i64,
+        recorded_epoch_ms: Option<i64>,
+        epoch_ms: i64,
+    ) {
+        if let Some(floor) = raised_mark(mark_unix_ms, recorded_epoch_ms, epoch_ms, self.lease_ms) {
+            self.raise_floor(floor);
+        }
+    }
+}
+
 /// The smallest forward jump of the wall clock that is reported. NTP slews at most 0.5 ms per
 /// second and the lease worker looks at least every 250 ms, so a real clock never gets near it.
 pub const FORWARD_JUMP_MS: i64 = 1000;
