@@ -51,12 +51,9 @@ COMMENT ON FUNCTION snowflake_nextval() IS 'The next snowflake ID of this server
 #[cold]
 #[inline(never)]
 unsafe extern "C-unwind" fn nextval_slow(first: &Option<Result<Step, GenError>>) -> i64 {
-    if !config::preloaded() {
-        errors::not_preloaded("snowflake_nextval()");
-    }
-    if unsafe { pg_sys::RecoveryInProgress() } {
-        errors::in_recovery("snowflake_nextval()");
-    }
+    config::require_preload("snowflake_nextval()");
+    let (detail, hint) = config::STANDBY_SHARES_THE_PAIR;
+    config::require_primary("snowflake_nextval()", detail, hint);
     generator::enable_hot_path(crate::horizon::hot_slot());
     let mut pending = *first;
     let mut lease_deadline = None;
@@ -93,7 +90,7 @@ unsafe extern "C-unwind" fn nextval_slow(first: &Option<Result<Step, GenError>>)
         Err(IssueError::Gen(GenError::Refused)) => {
             let foreign = generator::GENERATOR.share().foreign.get();
             match foreign {
-                Some((what, owner)) => errors::foreign_object(
+                Some((what, owner)) => foreign_object(
                     &what,
                     &owner,
                     &config::database(),
@@ -104,10 +101,10 @@ unsafe extern "C-unwind" fn nextval_slow(first: &Option<Result<Step, GenError>>)
         }
         Err(IssueError::Gen(GenError::ClockBehind { behind_ms, .. })) if epoch_moved_later() => {
             let recorded = generator::GENERATOR.share().recorded_epoch_ms;
-            errors::epoch_moved_later(recorded, epoch_ms(), behind_ms)
+            epoch_moved_later_error(recorded, epoch_ms(), behind_ms)
         }
-        Err(IssueError::Gen(e)) => errors::generator(e, config::epoch_ms()),
-        Err(IssueError::Wait(())) => errors::lease_not_ready(LEASE_WAIT_LIMIT, &config::database()),
+        Err(IssueError::Gen(e)) => generator_error(e, config::epoch_ms()),
+        Err(IssueError::Wait(())) => lease_not_ready(LEASE_WAIT_LIMIT, &config::database()),
     }
 }
 
@@ -122,7 +119,7 @@ fn parts(id: i64) -> layout::Parts {
 }
 
 fn unix_ms(ts: TimestampWithTimeZone) -> i64 {
-    pg_timestamp_to_unix_ms(ts.into()).unwrap_or_else(|| errors::infinite_timestamp())
+    pg_timestamp_to_unix_ms(ts.into()).unwrap_or_else(|| infinite_timestamp())
 }
 
 /// When the ID was generated (to the millisecond), by this server's `snowflake.epoch`.
@@ -200,3 +197,99 @@ COMMENT ON FUNCTION snowflake_decode(bigint) IS 'The parts of a snowflake ID: wh
         snowflake_sequence
     ]
 );
+
+// The errors of this module (reported through `errors::raise`).
+
+/// `snowflake.epoch` moved later on a server that issued IDs under an earlier one: new IDs would
+/// be below old ones.
+fn epoch_moved_later_error(recorded_ms: i64, configured_ms: i64, ahead_ms: u64) -> ! {
+    let ts = |ms: i64| {
+        pgrx::datum::TimestampWithTimeZone::try_from(crate::core::time::unix_ms_to_pg_timestamp(ms))
+            .map(|t| t.to_string())
+            .unwrap_or_else(|_| format!("{ms} ms after 1970"))
+    };
+    errors::raise(
+        PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+        "snowflake.epoch is later than the epoch this server issued IDs under".into(),
+        Some(format!(
+            "IDs were issued under the epoch {} ({recorded_ms} Unix ms); snowflake.epoch is now {} ({configured_ms}). An ID counts milliseconds since its epoch, so new IDs would lie below those already issued until {ahead_ms} ms from now.",
+            ts(recorded_ms),
+            ts(configured_ms)
+        )),
+        Some(&format!(
+            "Set snowflake.epoch back to '{}' and restart. An epoch can only move earlier on a server that has issued IDs; a later one needs new tables and a new snowflake.database.",
+            ts(recorded_ms)
+        )),
+    )
+}
+
+fn generator_error(e: GenError, epoch_ms: i64) -> ! {
+    match e {
+        GenError::ClockBehind { behind_ms, max_drift_ms } => errors::raise(
+            PgSqlErrorCode::ERRCODE_SYSTEM_ERROR,
+            "could not generate a snowflake ID because the system clock is behind".into(),
+            Some(format!(
+                "The clock is {behind_ms} ms behind the timestamp of the last issued ID; snowflake.max_clock_drift allows {max_drift_ms} ms."
+            )),
+            Some("IDs resume by themselves once the clock catches up. To issue now, raise snowflake.max_clock_drift above the gap and reload (any gap up to the 41-bit range): new IDs are then dated that far in the future until real time catches up. If the clock was ahead and has been corrected, this is the gap it ran ahead by; see \"Clock faults\" in docs/operations.md."),
+        ),
+        GenError::BeforeEpoch { before_ms } => errors::raise(
+            PgSqlErrorCode::ERRCODE_SYSTEM_ERROR,
+            "could not generate a snowflake ID because the system clock reads before snowflake.epoch".into(),
+            Some(format!(
+                "The clock reads {before_ms} ms before the epoch {epoch_ms} (Unix ms); snowflake timestamps count from it."
+            )),
+            Some("IDs are issued once the clock passes the epoch. If the clock is right, snowflake.epoch is wrong: set a past instant and restart the server."),
+        ),
+        // The fleet check reports this with the other server's details (`fleet::refuse`);
+        // this is the same error for any path that meets it without them.
+        GenError::Refused => errors::raise(
+            PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+            "snowflake ID generation is refused: another server claims this server's datacenter and worker ID".into(),
+            None,
+            Some("Give each server its own snowflake.datacenter_id and snowflake.worker_id."),
+        ),
+        GenError::TimestampExhausted => errors::raise(
+            PgSqlErrorCode::ERRCODE_DATETIME_FIELD_OVERFLOW,
+            "snowflake timestamp range is exhausted".into(),
+            Some("41 bits of milliseconds since snowflake.epoch have all been used.".into()),
+            Some("Move to a new table with a later snowflake.epoch."),
+        ),
+    }
+}
+
+fn lease_not_ready(waited: std::time::Duration, database: &str) -> ! {
+    errors::raise(
+        PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+        "snowflake ID generator is not ready".into(),
+        Some(format!(
+            "The \"snowflake lease\" background worker has not persisted a high-water mark for the next IDs within {} s; it keeps it in the sequence _snowflake.lease_ms of database \"{database}\".",
+            waited.as_secs()
+        )),
+        Some("Check the server log for errors of the \"snowflake lease\" worker, and that the database named by snowflake.database exists."),
+    )
+}
+
+/// The lease worker found an object in `_snowflake` that no superuser owns.
+fn foreign_object(what: &str, owner: &str, database: &str, recheck: std::time::Duration) -> ! {
+    errors::raise(
+        PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+        "snowflake ID generation is refused: the lease worker does not trust an object it did not create".into(),
+        Some(format!(
+            "{what} in database \"{database}\" is owned by role \"{owner}\", not by a superuser. The lease worker keeps this server's high-water mark in schema _snowflake and runs there as superuser: whoever owns it could lower the mark (and so repeat IDs) or change what the worker runs."
+        )),
+        Some(&format!(
+            "A superuser should find out who made it and why. If it holds no mark of this server (it was made before snowflake first ran there), drop it (DROP SCHEMA _snowflake CASCADE, in database \"{database}\"); if a superuser made it, give it to one (ALTER ... OWNER TO a superuser). The worker looks again every {} s.",
+            recheck.as_secs()
+        )),
+    )
+}
+
+fn infinite_timestamp() -> ! {
+    errors::raise(
+        PgSqlErrorCode::ERRCODE_DATETIME_FIELD_OVERFLOW,
+        "timestamp out of range for a snowflake ID".into(),
+        Some("Infinite timestamps cannot be encoded.".into()),
+        None,
+    )
+}

@@ -44,6 +44,29 @@ pub fn preloaded() -> bool {
     PRELOADED.load(Ordering::Relaxed)
 }
 
+/// The one check of every function that needs the generator in shared memory: 55000 with the
+/// fix when the library was not preloaded.
+pub fn require_preload(function: &str) {
+    if !preloaded() {
+        not_preloaded(function);
+    }
+}
+
+/// The one check of every function that only a primary can answer: 25006 during recovery, with
+/// why (`detail`) and what to do instead (`hint`).
+pub fn require_primary(function: &str, detail: &str, hint: &str) {
+    // SAFETY: a plain read of the server's state, valid in any backend.
+    if unsafe { pgrx::pg_sys::RecoveryInProgress() } {
+        in_recovery(function, detail, hint);
+    }
+}
+
+/// Why a standby generates no IDs, for `require_primary`.
+pub const STANDBY_SHARES_THE_PAIR: (&str, &str) = (
+    "A standby shares its primary's datacenter_id and worker_id, so IDs it generated could repeat the primary's.",
+    "Generate IDs on the primary; a promoted standby generates them once it accepts writes.",
+);
+
 /// The epoch in Unix milliseconds.
 pub fn epoch_ms() -> i64 {
     EPOCH_MS.load(Ordering::Relaxed)
@@ -467,6 +490,28 @@ pub fn init_preloaded() {
     let node = Node::new(datacenter, worker).expect("checked above");
     NODE_BITS.store(node.bits(), Ordering::Relaxed);
     PRELOADED.store(true, Ordering::Relaxed);
+}
+
+// The errors of this module (reported through `errors::raise`).
+
+fn not_preloaded(function: &str) -> ! {
+    errors::raise(
+        PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+        format!("{function} requires the snowflake library to be preloaded"),
+        Some("The generator lives in shared memory, which only a library in shared_preload_libraries can set up.".into()),
+        Some("Add 'snowflake' to shared_preload_libraries in postgresql.conf and restart the server."),
+    )
+}
+
+/// A function that only a primary can answer, called during recovery: 25006, as PostgreSQL's own
+/// commands that cannot run on a standby.
+fn in_recovery(function: &str, detail: &str, hint: &str) -> ! {
+    errors::raise(
+        PgSqlErrorCode::ERRCODE_READ_ONLY_SQL_TRANSACTION,
+        format!("cannot execute {function} during recovery"),
+        Some(detail.into()),
+        Some(hint),
+    )
 }
 
 #[cfg(test)]

@@ -242,12 +242,42 @@ pub fn refuse() -> ! {
     let seen = last_seen(&other)
         .map(|t| t.to_string())
         .unwrap_or_else(|| format!("{} ms after 1970", other.last_seen_unix_ms));
-    errors::node_claimed(
+    node_claimed(
         node.datacenter(),
         node.worker(),
         other.system_identifier,
         &seen,
         config::claim_expiry_ms() / 1000,
         stale,
+    )
+}
+
+// The errors of this module (reported through `errors::raise`).
+
+/// Another live server claims our (datacenter, worker): issuing would repeat its IDs.
+fn node_claimed(
+    datacenter: u32,
+    worker: u32,
+    other_system_identifier: i64,
+    other_last_seen: &str,
+    expiry_s: u64,
+    claims_stale: bool,
+) -> ! {
+    let stale = if claims_stale {
+        " Claims may be out of date here: a subscription that carries _snowflake.claims to this server is not applying (the server log names it), and a server whose claims stop arriving cannot be told from one that left, so no claim expires until it applies again."
+    } else {
+        ""
+    };
+    errors::raise(
+        PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+        format!(
+            "snowflake datacenter_id {datacenter} and worker_id {worker} are also used by another server"
+        ),
+        Some(format!(
+            "The server with system identifier {other_system_identifier} claimed them, last seen at {other_last_seen}; two servers with one pair generate the same IDs, so this server generates none until that claim is gone.{stale}"
+        )),
+        Some(&format!(
+            "Give one of the two servers another snowflake.worker_id (or datacenter_id) and restart it. If the other server no longer runs, its claim expires once this server has seen it unchanged for {expiry_s} s, or retire it now (it stays as the floor for this pair): UPDATE _snowflake.claims SET retired = true WHERE system_identifier = {other_system_identifier}."
+        )),
     )
 }

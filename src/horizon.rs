@@ -390,17 +390,12 @@ fn snowflake_advance_horizon() -> i64 {
 }
 
 fn read_horizon(function: &str, advance: bool) -> i64 {
-    if !config::preloaded() {
-        errors::not_preloaded(function);
-    }
-    if unsafe { pg_sys::RecoveryInProgress() } {
-        errors::raise(
-            PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
-            format!("cannot execute {function} during recovery"),
-            Some("Which transactions hold IDs is known only to the primary that issued them.".into()),
-            Some("Read the horizon that the primary publishes into a table (see \"On a standby, and with several writers\" in docs/reading-in-order.md)."),
-        );
-    }
+    config::require_preload(function);
+    config::require_primary(
+        function,
+        "Which transactions hold IDs is known only to the primary that issued them.",
+        "Read the horizon that the primary publishes into a table (see \"On a standby, and with several writers\" in docs/reading-in-order.md).",
+    );
     if unsafe { SEGMENT.is_null() } {
         errors::raise(
             PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
@@ -446,9 +441,7 @@ fn snowflake_horizon_holders() -> TableIterator<
         name!(held_id, i64),
     ),
 > {
-    if !config::preloaded() {
-        errors::not_preloaded("snowflake_horizon_holders()");
-    }
+    config::require_preload("snowflake_horizon_holders()");
     if unsafe { SEGMENT.is_null() } {
         errors::raise(
             PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,

@@ -18,12 +18,6 @@ fn timestamp(ms_since_epoch: u64) -> Option<TimestampWithTimeZone> {
         .ok()
 }
 
-fn require_preload(function: &str) {
-    if !config::preloaded() {
-        errors::not_preloaded(function);
-    }
-}
-
 /// This server's identity and the generator's position against the wall clock.
 #[pg_extern(volatile, parallel_safe)]
 #[allow(clippy::type_complexity)]
@@ -44,7 +38,7 @@ fn snowflake_node() -> TableIterator<
         name!(pair_set, bool),
     ),
 > {
-    require_preload("snowflake_node()");
+    config::require_preload("snowflake_node()");
     let shared = *GENERATOR.share();
     let now = SystemClock.now_unix_ms() - epoch_ms();
     let node = config::node();
@@ -167,7 +161,7 @@ fn snowflake_stats() -> TableIterator<
         name!(errors, i64),
     ),
 > {
-    require_preload("snowflake_stats()");
+    config::require_preload("snowflake_stats()");
     let s = GENERATOR.share().state.stats();
     TableIterator::once((
         s.issued as i64,
@@ -191,10 +185,9 @@ fn snowflake_set_floor(id: i64) {
 
 /// `snowflake_set_floor()` for a caller that has checked the privilege (`snowflake_adopt`).
 pub fn set_floor(id: i64) {
-    require_preload("snowflake_set_floor()");
-    if unsafe { pg_sys::RecoveryInProgress() } {
-        errors::in_recovery("snowflake_set_floor()");
-    }
+    config::require_preload("snowflake_set_floor()");
+    let (detail, hint) = config::STANDBY_SHARES_THE_PAIR;
+    config::require_primary("snowflake_set_floor()", detail, hint);
     let drift = config::max_clock_drift_ms();
     let now = SystemClock.now_unix_ms() - epoch_ms();
     let result = GENERATOR.exclusive().state.ensure_above(id, now, drift);
