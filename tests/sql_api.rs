@@ -190,9 +190,11 @@ fn without_preload_nextval_is_a_clear_error_and_the_session_survives() {
         "\\set ON_ERROR_STOP 0\nSELECT snowflake_nextval();\n\\set ON_ERROR_STOP 1\nSELECT 'alive', snowflake_worker_id(910499571847892992);",
     );
     assert_eq!(survived.unwrap(), "alive|25");
-    assert_eq!(
-        c.sql("SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend'"),
-        "1"
+    // Only this session is left (the scripts' backends exit after their psql does, so wait).
+    c.wait_for(
+        "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend'",
+        "1",
+        30,
     );
 }
 
