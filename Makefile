@@ -1,7 +1,8 @@
 # snowflake: the two commands are `make demo` and `make test`.
 #
 # Every target takes the PostgreSQL major as a parameter: `make install PG_MAJOR=18`. Without it,
-# `make test` runs the whole suite on every major below; the other targets use 15.
+# `make test` runs the whole suite on every major below; the other targets use the crate's default
+# major (Cargo.toml's default feature).
 MAJORS   := 14 15 16 17 18
 given = $(filter command line environment,$(origin $(1)))
 # Given only PG_CONFIG, the major is that server's: `make install PG_CONFIG=/usr/lib/postgresql/16/bin/pg_config`.
@@ -10,8 +11,11 @@ ifeq ($(call given,PG_MAJOR),)
 PG_MAJOR := $(shell $(PG_CONFIG) --version | sed -n 's/^PostgreSQL \([0-9][0-9]*\).*/\1/p')
 endif
 endif
-# The default major is the crate's default feature (Cargo.toml), named there only.
-PG_MAJOR ?= $(shell sed -n 's/^default = \["pg\([0-9][0-9]*\)"\]$$/\1/p' Cargo.toml)
+# Otherwise the default major is the crate's default feature (Cargo.toml), named there only.
+ifeq ($(origin PG_MAJOR),undefined)
+PG_MAJOR := $(shell sed -n 's/^default = \["pg\([0-9][0-9]*\)"\]$$/\1/p' Cargo.toml)
+endif
+$(if $(PG_MAJOR),,$(error no PostgreSQL major: give PG_MAJOR, or a default = ["pgNN"] feature in Cargo.toml))
 # `make test` with PG_MAJOR or PG_CONFIG given (on the command line or in the environment) tests
 # that major.
 TEST_MAJORS := $(if $(call given,PG_MAJOR)$(call given,PG_CONFIG),$(PG_MAJOR),$(MAJORS))

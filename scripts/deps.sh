@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # scripts/deps.sh LEVEL: installs what one kind of work needs, only where it is missing, for
-# PostgreSQL $PG_MAJOR (default 15). Safe to run again; quiet when there is nothing to do. The
-# Makefile's targets call the level they need:
+# PostgreSQL $PG_MAJOR (default: the crate's default major, Cargo.toml's default feature). Safe
+# to run again; quiet when there is nothing to do. The Makefile's targets call the level they
+# need:
 #   build    make install: the major's server with its headers (scripts/pg.sh says where it comes
 #            from), clang and libclang-dev for bindgen, cargo-pgrx 0.18.1 (the last release that
 #            builds with Rust 1.95), and pgrx's config naming every major installed here.

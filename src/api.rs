@@ -54,7 +54,7 @@ unsafe extern "C-unwind" fn nextval_slow(first: &Option<Result<Step, GenError>>)
     config::require_preload("snowflake_nextval()");
     let (detail, hint) = config::STANDBY_SHARES_THE_PAIR;
     config::require_primary("snowflake_nextval()", detail, hint);
-    generator::enable_hot_path(crate::horizon::hot_slot());
+    generator::enable_hot_path(crate::horizon::hot_slot);
     let mut pending = *first;
     let mut lease_deadline = None;
     let result = issue(

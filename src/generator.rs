@@ -131,14 +131,15 @@ mod unguarded {
     }
 }
 
-/// Sets up the hot path of this process; `slot` is the read horizon's slot that its IDs are held
-/// in (null when tracking is off).
-pub fn enable_hot_path(slot: *const std::sync::atomic::AtomicI64) {
+/// Sets up the hot path of this process, once; `slot` finds the read horizon's slot that its IDs
+/// are held in (null when tracking is off).
+pub fn enable_hot_path(slot: fn() -> *const std::sync::atomic::AtomicI64) {
     // SAFETY: backends are single-threaded; the pointers stay valid for the process's life.
     unsafe {
         if HOT.shared.is_null() {
             let lock = &raw mut (*pg_sys::GetNamedLWLockTranche(GENERATOR.name().as_ptr())).lock;
             let shared: *mut Shared = &mut *GENERATOR.exclusive();
+            let slot = slot();
             HOT = Hot { shared, lock, slot };
         }
     }

@@ -476,6 +476,8 @@ fn readers_on_a_standby_and_on_another_writer_never_miss_a_row() {
     standby.wait_for("SELECT count(*) FROM snowflake_horizons", "2", 60);
     let e = standby.sql_err("SELECT snowflake_horizon()");
     assert_eq!(e.sqlstate, "25006", "{}", e.raw);
+    let e = standby.sql_err("SELECT snowflake_advance_horizon()");
+    assert_eq!(e.sqlstate, "25006", "{}", e.raw);
 
     let done = AtomicBool::new(false);
     let publishing = AtomicBool::new(true);

@@ -23,10 +23,14 @@ fn server() -> &'static Cluster {
 #[test]
 fn decode_and_compose_match_the_shared_vectors() {
     let s = server();
-    // One vector as text, as a user reads it.
+    // Two vectors as text, as a user reads them: the brief's, and the last ID there is.
     assert_eq!(
         s.sql("SET timezone = 'UTC'; SELECT created_at FROM snowflake_decode(910499571847892992)"),
         "2017-09-20 13:43:08.849+00"
+    );
+    assert_eq!(
+        s.sql("SET timezone = 'UTC'; SELECT created_at FROM snowflake_decode(9223372036854775807)"),
+        "2080-07-10 17:30:30.208+00"
     );
     for (id, unix_ms, dc, w, seq) in TEST_VECTORS {
         let ts = format!("to_timestamp({unix_ms}::numeric / 1000)");
