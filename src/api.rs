@@ -52,8 +52,7 @@ COMMENT ON FUNCTION snowflake_nextval() IS 'The next snowflake ID of this server
 #[inline(never)]
 unsafe extern "C-unwind" fn nextval_slow(first: &Option<Result<Step, GenError>>) -> i64 {
     config::require_preload("snowflake_nextval()");
-    let (detail, hint) = config::STANDBY_SHARES_THE_PAIR;
-    config::require_primary("snowflake_nextval()", detail, hint);
+    config::require_primary("snowflake_nextval()", config::STANDBY_SHARES_THE_PAIR);
     generator::enable_hot_path(crate::horizon::hot_slot);
     let mut pending = *first;
     let mut lease_deadline = None;

@@ -54,7 +54,7 @@ pub fn require_preload(function: &str) {
 
 /// The one check of every function that only a primary can answer: 25006 during recovery, with
 /// why (`detail`) and what to do instead (`hint`).
-pub fn require_primary(function: &str, detail: &str, hint: &str) {
+pub fn require_primary(function: &str, (detail, hint): (&str, &str)) {
     // SAFETY: a plain read of the server's state, valid in any backend.
     if unsafe { pgrx::pg_sys::RecoveryInProgress() } {
         in_recovery(function, detail, hint);

@@ -393,8 +393,10 @@ fn read_horizon(function: &str, advance: bool) -> i64 {
     config::require_preload(function);
     config::require_primary(
         function,
-        "Which transactions hold IDs is known only to the primary that issued them.",
-        "Read the horizon that the primary publishes into a table (see \"On a standby, and with several writers\" in docs/reading-in-order.md).",
+        (
+            "Which transactions hold IDs is known only to the primary that issued them.",
+            "Read the horizon that the primary publishes into a table (see \"On a standby, and with several writers\" in docs/reading-in-order.md).",
+        ),
     );
     if unsafe { SEGMENT.is_null() } {
         errors::raise(

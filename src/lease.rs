@@ -421,7 +421,7 @@ fn renew(epoch: i64, drift: u64) -> Option<u64> {
                 .follow_raised_mark(mark, recorded, epoch);
         }
         let now = SystemClock.now_unix_ms() - epoch;
-        let lease = { GENERATOR.share().state.renewal(now, true, drift) }?;
+        let lease = GENERATOR.share().state.renewal(now, true, drift)?;
         // The mark never goes down: not below a value written by someone else either. (GREATEST
         // is syntax, not a function on the search_path; it compares with bigint's own btree.)
         Spi::run_with_args(

@@ -186,8 +186,7 @@ fn snowflake_set_floor(id: i64) {
 /// `snowflake_set_floor()` for a caller that has checked the privilege (`snowflake_adopt`).
 pub fn set_floor(id: i64) {
     config::require_preload("snowflake_set_floor()");
-    let (detail, hint) = config::STANDBY_SHARES_THE_PAIR;
-    config::require_primary("snowflake_set_floor()", detail, hint);
+    config::require_primary("snowflake_set_floor()", config::STANDBY_SHARES_THE_PAIR);
     let drift = config::max_clock_drift_ms();
     let now = SystemClock.now_unix_ms() - epoch_ms();
     let result = GENERATOR.exclusive().state.ensure_above(id, now, drift);

@@ -46,16 +46,8 @@ fn prose(text: &str) -> String {
 fn anchors(text: &str) -> BTreeSet<String> {
     let mut seen: HashMap<String, usize> = HashMap::new();
     let mut out = BTreeSet::new();
-    for line in prose(text).lines() {
-        let Some(h) = line.strip_prefix('#') else {
-            continue;
-        };
-        let h = h.trim_start_matches('#');
-        if !h.starts_with(' ') {
-            continue;
-        }
+    for h in headings(text) {
         let slug: String = h
-            .trim()
             .to_lowercase()
             .chars()
             .filter(|c| c.is_alphanumeric() || matches!(c, ' ' | '-' | '_'))
