@@ -352,7 +352,7 @@ fn the_removal_recipe_frees_the_tables_and_the_server() {
     let out = c
         .script(&readme_recipe("removal"))
         .unwrap_or_else(|e| panic!("the removal recipe failed: {}", e.raw));
-    assert_eq!(out.lines().next(), Some("orders|id"), "{out}");
+    assert_eq!(out.lines().next(), Some("public.orders|id"), "{out}");
     assert_eq!(
         c.sql("SELECT count(*) FROM pg_extension WHERE extname = 'snowflake'"),
         "0"
