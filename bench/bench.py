@@ -1,19 +1,27 @@
 #!/usr/bin/env python3
 """make bench: snowflake_nextval() against PostgreSQL's own sequences, identity and UUIDs.
 
-Everything is measured in one run on one throwaway server, so the ratios compare like with like:
-  1. cost per call in one session (median of several interleaved rounds, minus the shared floor),
-  2. pgbench INSERT throughput at 1..16 clients, with synchronous_commit on and off,
+Everything is measured in one run, on throwaway servers this script starts, so the ratios compare
+like with like:
+  1. cost per call in one session (interleaved rounds; each round's count(*) floor subtracted),
+  1b. the same with one and with two backends at once, timed by pgbench inside the server,
+  2. pgbench INSERT throughput at several client counts, with synchronous_commit on and off,
   3. table and primary-key index size after 1,000,000 rows,
   4. instructions per call counted by valgrind (callgrind), which machine noise does not move,
-  5. each key's table grown past memory (WAL, full-page images, index size),
+  5. each key's table grown past memory (WAL, full-page images, index size), at PostgreSQL's
+     default checkpoint settings and at a stated "busy server" setting,
   6. on PostgreSQL 16 to 18, INSERT throughput on a Citus cluster (a coordinator and two workers),
-     through the coordinator and through every node (scripts/citus.sh builds Citus).
-Writes bench/results/<date>-pgNN.md, latest-pgNN.md and tps-pgNN.png for the server's major NN.
-On PostgreSQL 18 and later, the native uuidv7() joins gen_random_uuid() in every part.
+  7. what the read horizon (snowflake.track_horizon) costs.
+Before any measurement it states its hypotheses (HYPOTHESES below, with their thresholds); after
+the run it prints each one's verdict from the numbers.
+
+Writes bench/results/pgNN.md (for people: every figure with its spread, the commit measured, and
+every server's settings that differ from PostgreSQL's defaults), pgNN.json (the same numbers, for
+bench/render.py, which renders docs/performance.md's tables from them) and the charts.
 This is a benchmark, not a test: it never fails on a time.
 """
 import datetime
+import json
 import os
 import platform
 import re
@@ -30,29 +38,38 @@ MAJOR = int(re.match(r"PostgreSQL (\d+)", subprocess.run([PG_CONFIG, "--version"
                                                           check=True).stdout).group(1))
 CALLS = int(os.environ.get("BENCH_CALLS", "3000000"))
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", "7"))
-DURATION = int(os.environ.get("BENCH_DURATION", "5"))
-PGBENCH_ROUNDS = int(os.environ.get("BENCH_PGBENCH_ROUNDS", "3"))
-CLIENTS = [int(c) for c in os.environ.get("BENCH_CLIENTS", "1,2,4,8,16").split(",")]
+DURATION = int(os.environ.get("BENCH_DURATION", "4"))
+PGBENCH_ROUNDS = int(os.environ.get("BENCH_PGBENCH_ROUNDS", "2"))
+CLIENTS = [int(c) for c in os.environ.get("BENCH_CLIENTS", "1,4,16").split(",")]
 DEFAULT_PARTS = "calls,concurrency,pgbench,sizes,instructions,scale,citus,horizon"
 PARTS = os.environ.get("BENCH_PARTS", DEFAULT_PARTS).split(",")
+# Part 1b: pgbench runs `SELECT count(f) FROM generate_series(1, CONC_BATCH)` as its transaction
+# for CONC_DURATION s, with 1 and with 2 clients, in CONC_ROUNDS interleaved rounds.
+CONC_BATCH = int(os.environ.get("BENCH_CONC_BATCH", "200000"))
+CONC_DURATION = int(os.environ.get("BENCH_CONC_DURATION", "3"))
+CONC_ROUNDS = int(os.environ.get("BENCH_CONC_ROUNDS", "3"))
 # The Citus part: total pgbench clients, spread evenly over the nodes in the "every node" runs.
 CITUS_CLIENTS = int(os.environ.get("BENCH_CITUS_CLIENTS", "6"))
 # The scale part: a server with small shared buffers, each key's table grown in steps until its
-# primary-key index is SCALE_FACTOR times shared_buffers (or SCALE_MAX_ROWS).
-SCALE_SHARED_BUFFERS_MB = int(os.environ.get("BENCH_SCALE_SHARED_BUFFERS_MB", "64"))
+# primary-key index is SCALE_FACTOR times shared_buffers (or SCALE_MAX_ROWS), once per profile.
+SCALE_SHARED_BUFFERS_MB = int(os.environ.get("BENCH_SCALE_SHARED_BUFFERS_MB", "32"))
 SCALE_FACTOR = float(os.environ.get("BENCH_SCALE_FACTOR", "4"))
-SCALE_STEP_ROWS = int(os.environ.get("BENCH_SCALE_STEP_ROWS", "500000"))
+SCALE_STEP_ROWS = int(os.environ.get("BENCH_SCALE_STEP_ROWS", "250000"))
 SCALE_MAX_ROWS = int(os.environ.get("BENCH_SCALE_MAX_ROWS", "20000000"))
-# A checkpoint before every step: these inserts are fast enough that a timed checkpoint would
-# rarely fall inside a run, while a production server checkpoints every few minutes under a
-# steady load. Each step then pays the full-page images that follow a checkpoint once.
-SCALE_CHECKPOINT_EACH_STEP = os.environ.get("BENCH_SCALE_CHECKPOINT_EACH_STEP", "1") == "1"
 SCALE_CLIENTS = int(os.environ.get("BENCH_SCALE_CLIENTS", "4"))
 SCALE_BATCH = int(os.environ.get("BENCH_SCALE_BATCH", "500"))
-SCALE_CHECKPOINT = os.environ.get("BENCH_SCALE_CHECKPOINT_TIMEOUT", "30s")
-CONC_CALLS = int(os.environ.get("BENCH_CONC_CALLS", "2000000"))
+# The checkpoint settings of the scale part, which drive its WAL and full-page-image figures: a
+# checkpoint starts a new round of full-page images, one per page first touched after it.
+# "defaults" is PostgreSQL's; "busy" checkpoints 4x as often by WAL volume and 10x as often by
+# time, as a server does whose writes fill max_wal_size between timed checkpoints.
+SCALE_PROFILES = {
+    "defaults": {"max_wal_size": "1GB", "checkpoint_timeout": "5min"},
+    "busy": {"max_wal_size": "256MB", "checkpoint_timeout": "30s"},
+}
+HORIZON_ROUNDS = int(os.environ.get("BENCH_HORIZON_ROUNDS", "3"))
 VG_CALLS = int(os.environ.get("BENCH_VG_CALLS", "100000"))
-OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+HERE = os.path.dirname(os.path.abspath(__file__))
+OUT = os.path.join(HERE, "results")
 ROOT = os.geteuid() == 0
 
 FUNCS = [
@@ -66,6 +83,7 @@ FUNCS = [
     # row to read x, about 25 ns here, which count(f()) does not do.)
     ("count(*)", "*"),
 ]
+FLOOR = "count(*)"
 KINDS = {
     "snowflake": "id bigint PRIMARY KEY DEFAULT snowflake_nextval()",
     "bigserial": "id bigserial PRIMARY KEY",
@@ -74,6 +92,127 @@ KINDS = {
 }
 if MAJOR >= 18:
     KINDS["uuidv7"] = "id uuid PRIMARY KEY DEFAULT uuidv7()"
+
+
+def ratio(a, b):
+    return a / b if a is not None and b else None
+
+
+def at_first_step_past_memory(r, profile, kind):
+    """snowflake's WAL per row over kind's, at the first step where kind's index exceeds
+    shared_buffers (the steps of all keys have the same row counts)."""
+    series = r.get("scale", {}).get(profile)
+    if not series or kind not in series:
+        return None
+    for i, p in enumerate(series[kind]):
+        if p["index_mib"] > SCALE_SHARED_BUFFERS_MB and i < len(series["snowflake"]):
+            return ratio(series["snowflake"][i]["wal_per_row"], p["wal_per_row"])
+    return None
+
+
+def final(r, profile, kind, metric):
+    series = r.get("scale", {}).get(profile)
+    return series[kind][-1][metric] if series and kind in series else None
+
+
+def pgbench_ratios(r, kind):
+    pg = r.get("pgbench")
+    return [c[kind] / c["bigserial"] for c in pg["cells"]] if pg else None
+
+
+# The hypotheses, stated before the run and never edited after one: (id, statement, what is
+# compared, how: "<=" / ">=" a threshold or "within" a (low, high) pair). `value` computes the
+# compared figure from this run's results, None when the part did not run or does not apply.
+HYPOTHESES = [
+    ("H1", "`snowflake_nextval()` costs at most what `nextval()` on a CACHE 1000 sequence costs per call "
+           "(median time, one session)",
+     lambda r: ratio(r["calls"]["snowflake_nextval()"]["median"], r["calls"]["nextval CACHE 1000"]["median"])
+     if "calls" in r else None, "<=", 1.0),
+    ("H2", "`snowflake_nextval()` takes at most a fifth of the instructions of `nextval()` on a CACHE 1 sequence",
+     lambda r: ratio(r["instructions"]["per_call"]["snowflake_nextval()"],
+                     r["instructions"]["per_call"]["nextval CACHE 1"]) if "instructions" in r else None, "<=", 0.2),
+    ("H3", "two backends at once make at least as many `snowflake_nextval()` calls per second, together, as two "
+           "make of `nextval()` on a CACHE 1 sequence",
+     lambda r: ratio(r["concurrency"]["snowflake_nextval()|2"]["calls_per_s"]["median"],
+                     r["concurrency"]["nextval CACHE 1|2"]["calls_per_s"]["median"]) if "concurrency" in r else None,
+     ">=", 1.0),
+    ("H4", "single-row INSERT throughput with a snowflake key is that of `bigserial`: the median of its ratios "
+           "over all pgbench cells within 0.9 to 1.1",
+     lambda r: statistics.median(pgbench_ratios(r, "snowflake")) if "pgbench" in r else None, "within", (0.9, 1.1)),
+] + [h for profile in SCALE_PROFILES for h in [
+    (f"H5-{profile}", f"scale, {profile}: snowflake writes at most 1.05x `bigserial`'s WAL per row at the final step",
+     lambda r, p=profile: ratio(final(r, p, "snowflake", "wal_per_row"), final(r, p, "bigserial", "wal_per_row")),
+     "<=", 1.05),
+    (f"H6-{profile}", f"scale, {profile}: snowflake's primary-key index is at most 1.05x `bigserial`'s at the final "
+                      "step",
+     lambda r, p=profile: ratio(final(r, p, "snowflake", "index_mib") / final(r, p, "snowflake", "rows"),
+                                final(r, p, "bigserial", "index_mib") / final(r, p, "bigserial", "rows"))
+     if final(r, p, "snowflake", "rows") else None, "<=", 1.05),
+    (f"H7-{profile}", f"scale, {profile}: snowflake writes at most 1/3 of UUID v4's WAL per row at the first step "
+                      "where UUID v4's index exceeds shared_buffers",
+     lambda r, p=profile: at_first_step_past_memory(r, p, "uuid"), "<=", 1 / 3),
+    (f"H8-{profile}", f"scale, {profile}: snowflake inserts at least 2x as many rows per second as UUID v4 at the "
+                      "final step (each key's index 4x shared_buffers)",
+     lambda r, p=profile: ratio(final(r, p, "snowflake", "rows_per_s"), final(r, p, "uuid", "rows_per_s")),
+     ">=", 2.0),
+    (f"H9-{profile}", f"scale, {profile}: snowflake inserts at least as many rows per second as UUIDv7 at the final "
+                      "step (18 and later)",
+     lambda r, p=profile: ratio(final(r, p, "snowflake", "rows_per_s"), final(r, p, "uuidv7", "rows_per_s")),
+     ">=", 1.0),
+    (f"H10-{profile}", f"scale, {profile}: snowflake's primary-key index per row is at most 0.6x UUIDv7's (18 and "
+                       "later)",
+     lambda r, p=profile: ratio(final(r, p, "snowflake", "index_mib") / final(r, p, "snowflake", "rows"),
+                                final(r, p, "uuidv7", "index_mib") / final(r, p, "uuidv7", "rows"))
+     if final(r, p, "uuidv7", "rows") else None, "<=", 0.6),
+]] + [
+    ("H11", "on Citus, INSERT throughput through every node with a snowflake key is at least 0.9x `bigserial`'s",
+     lambda r: ratio(r["citus"]["every node|snowflake"], r["citus"]["every node|bigserial"]) if r.get("citus") else None,
+     ">=", 0.9),
+    ("H12", "tracking the read horizon costs at most 5 % more instructions per `snowflake_nextval()` call",
+     lambda r: ratio(r["horizon"]["instructions"]["on"], r["horizon"]["instructions"]["off"]) if "horizon" in r else None,
+     "<=", 1.05),
+]
+
+
+def verdicts(r):
+    out = []
+    for hid, text, value, how, threshold in HYPOTHESES:
+        try:
+            v = value(r)
+        except (KeyError, ZeroDivisionError, TypeError):
+            v = None
+        if v is None:
+            verdict = "not measured"
+        elif how == "<=":
+            verdict = "holds" if v <= threshold else "fails"
+        elif how == ">=":
+            verdict = "holds" if v >= threshold else "fails"
+        else:
+            verdict = "holds" if threshold[0] <= v <= threshold[1] else "fails"
+        out.append({"id": hid, "text": text, "how": how, "threshold": threshold, "value": v, "verdict": verdict})
+    return out
+
+
+def spread(values):
+    return {"min": min(values), "median": statistics.median(values), "max": max(values), "n": len(values)}
+
+
+def signal(f_ns, floor_ns):
+    """A per-call figure from rounds that each timed f and the floor: the paired differences'
+    spread, the floor's own median and spread, and whether the signal stands out of that spread
+    (resolved). An unresolved figure is reported as such, not as a number."""
+    s = spread([a - b for a, b in zip(f_ns, floor_ns)])
+    s["floor"] = statistics.median(floor_ns)
+    s["floor_spread"] = max(floor_ns) - min(floor_ns)
+    s["share"] = s["median"] / s["floor"]
+    s["resolved"] = s["median"] > s["floor_spread"]
+    return s
+
+
+def fmt_signal(s, digits=1):
+    if not s["resolved"]:
+        return f"within the floor's spread (±{s['floor_spread']:.{digits}f})"
+    return f"{s['median']:.{digits}f} ({s['min']:.{digits}f}–{s['max']:.{digits}f})"
 
 
 def as_owner(cmd):
@@ -126,6 +265,25 @@ checkpoint_timeout = 30min
             raise SystemExit(f"psql failed: {r.stderr}\n{sql}")
         return r.stdout.strip()
 
+    def pgbench_tps(self, script, clients, seconds):
+        """pgbench's own TPS (connection set-up excluded) of `script` for `seconds`."""
+        r = subprocess.run([f"{BIN}/pgbench", "-n", "-h", self.dir, "-p", str(self.port), "-U", "postgres",
+                            "-c", str(clients), "-j", str(min(clients, os.cpu_count() or 1)), "-T", str(seconds),
+                            "-f", script, "postgres"], capture_output=True, text=True)
+        m = re.search(r"tps = ([0-9.]+)", r.stdout)
+        if r.returncode != 0 or not m:
+            raise SystemExit(f"pgbench failed: {r.stderr}")
+        return float(m.group(1))
+
+    def settings(self):
+        """Every server setting whose value differs from PostgreSQL's built-in default, as
+        `name = value` (a session's own, such as application_name, left out; this run's
+        directory shown as <run>)."""
+        out = self.psql("SELECT name || ' = ' || current_setting(name) FROM pg_catalog.pg_settings "
+                        "WHERE source NOT IN ('default', 'override', 'client', 'session') "
+                        "AND setting IS DISTINCT FROM boot_val ORDER BY name")
+        return out.replace(self.dir, "<run>").splitlines()
+
     def cleanup(self):
         shutil.rmtree(self.dir, ignore_errors=True)
 
@@ -141,7 +299,30 @@ def machine():
     return f"{os.cpu_count()} cores ({cpu}), {mem} GiB RAM, {platform.system()} {platform.release()}, {pg}"
 
 
+def commit():
+    """The commit measured (make bench builds and installs the work tree first), marked when
+    what is built or run here (the extension's code, its SQL, the build, the servers' scripts and
+    this benchmark) has uncommitted changes; the docs and the results do not count."""
+    head = subprocess.run(["git", "-C", HERE, "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True)
+    if head.returncode != 0:
+        return "unknown (not a git work tree)"
+    dirty = subprocess.run(["git", "-C", os.path.dirname(HERE), "status", "--porcelain", "--untracked-files=no", "--",
+                            "src", "core", "sql", "scripts", "Cargo.toml", "Cargo.lock", "Makefile", "snowflake.control",
+                            "bench/bench.py"], capture_output=True, text=True).stdout.strip()
+    return head.stdout.strip() + (" with uncommitted changes" if dirty else "")
+
+
+SETTINGS = {}  # server role -> its settings that differ from the defaults, for the result file
+
+
+def note_settings(role, s):
+    SETTINGS[role] = s.settings()
+
+
 def bench_calls(s):
+    """Per call in one session: ROUNDS interleaved rounds after a warm-up; in each round every f
+    and the floor run once, and f's per-call figure is (its time - the floor's time of the same
+    round) / CALLS."""
     s.psql("CREATE SEQUENCE IF NOT EXISTS seq_cache1 CACHE 1; CREATE SEQUENCE IF NOT EXISTS seq_cache1000 CACHE 1000;")
     lines = ["\\timing on"]
     order = []
@@ -155,11 +336,35 @@ def bench_calls(s):
     per = {name: [] for name, _ in FUNCS}
     for (r, name), t in zip(order, times):
         if r > 0:
-            per[name].append(t)
-    med = {name: statistics.median(v) for name, v in per.items()}
-    floor = med["count(*)"]
-    ns = {name: max(med[name] - floor, 0.0) * 1e6 / CALLS for name in med}
-    return med, ns
+            per[name].append(t * 1e6 / CALLS)  # ns per row
+    return {name: signal(per[name], per[FLOOR]) for name, _ in FUNCS if name != FLOOR} | \
+        {FLOOR: spread(per[FLOOR])}
+
+
+def bench_concurrency(s):
+    """One and two backends calling f at once, timed by pgbench: each transaction is
+    `SELECT count(f) FROM generate_series(1, CONC_BATCH)`, run for CONC_DURATION s, so neither
+    client start-up nor connection set-up is in the time. Per call and backend = (clients / TPS)
+    / CONC_BATCH, minus that of count(*) in the same round; calls per second = TPS * CONC_BATCH
+    (with the loop's own cost in it, as measured)."""
+    s.psql("CREATE SEQUENCE IF NOT EXISTS seq_cache1 CACHE 1;")
+    exprs = [("snowflake_nextval()", "snowflake_nextval()"), ("nextval CACHE 1", "nextval('seq_cache1')"),
+             (FLOOR, "*")]
+    scripts = {}
+    for i, (name, expr) in enumerate(exprs):
+        scripts[name] = os.path.join(s.dir, f"conc{i}.sql")
+        with open(scripts[name], "w") as f:
+            f.write(f"SELECT count({expr}) FROM generate_series(1, {CONC_BATCH}) x;\n")
+    ns, cps = {}, {}
+    for rnd in range(CONC_ROUNDS):
+        for clients in (1, 2):
+            for name, _ in exprs:
+                tps = s.pgbench_tps(scripts[name], clients, CONC_DURATION)
+                ns.setdefault((name, clients), []).append(clients / tps * 1e9 / CONC_BATCH)
+                cps.setdefault((name, clients), []).append(tps * CONC_BATCH)
+                print(f"  round {rnd + 1} {name:20s} {clients} backend(s) {tps * CONC_BATCH:12,.0f} calls/s", flush=True)
+    return {f"{name}|{c}": {"per_call": signal(ns[(name, c)], ns[(FLOOR, c)]), "calls_per_s": spread(cps[(name, c)])}
+            for name, _ in exprs[:2] for c in (1, 2)}
 
 
 def bench_pgbench(s):
@@ -176,15 +381,14 @@ def bench_pgbench(s):
                     script = os.path.join(s.dir, f"{kind}.sql")
                     with open(script, "w") as f:
                         f.write(f"INSERT INTO t_{kind} (payload) VALUES ('payload');\n")
-                    r_ = subprocess.run([f"{BIN}/pgbench", "-n", "-h", s.dir, "-p", str(s.port), "-U", "postgres",
-                                         "-c", str(c), "-j", str(min(c, os.cpu_count() or 1)), "-T", str(DURATION),
-                                         "-f", script, "postgres"], capture_output=True, text=True)
-                    m = re.search(r"tps = ([0-9.]+)", r_.stdout)
-                    tps = float(m.group(1)) if m else 0.0
+                    tps = s.pgbench_tps(script, c, DURATION)
                     runs.setdefault((sync, c, kind), []).append(tps)
                     print(f"  round {r + 1} synchronous_commit={sync} clients={c:2d} {kind:10s} {tps:10.0f} tps", flush=True)
-    results = {k: statistics.median(v) for k, v in runs.items()}
-    return results
+    s.psql("ALTER SYSTEM RESET synchronous_commit; SELECT pg_reload_conf();")
+    cells = [{"sync": sync, "clients": c, **{k: statistics.median(runs[(sync, c, k)]) for k in KINDS},
+              "spread": {k: spread(runs[(sync, c, k)]) for k in KINDS}}
+             for sync in ("on", "off") for c in CLIENTS]
+    return {"cells": cells}
 
 
 def bench_sizes(s):
@@ -194,7 +398,7 @@ def bench_sizes(s):
                f"INSERT INTO t_{kind} (payload) SELECT 'payload' FROM generate_series(1, 1000000); VACUUM ANALYZE t_{kind};")
         out = s.psql(f"SELECT pg_table_size('t_{kind}'), pg_relation_size('t_{kind}_pkey')")
         t, i = out.split("|")
-        sizes[kind] = (int(t), int(i))
+        sizes[kind] = {"table_mib": int(t) / 1048576, "index_mib": int(i) / 1048576}
     return sizes
 
 
@@ -222,17 +426,14 @@ def bench_horizon():
         return (min(t[1], t[3]) - min(t[0], t[2])) * 1e6 / calls
 
     def insert_tps(table):
-        r_ = subprocess.run([f"{BIN}/pgbench", "-n", "-h", s.dir, "-p", str(s.port), "-U", "postgres", "-c", "1",
-                             "-T", str(DURATION), "-f", scripts[table], "postgres"], capture_output=True, text=True)
-        m = re.search(r"tps = ([0-9.]+)", r_.stdout)
-        return float(m.group(1)) if m else 0.0
+        return s.pgbench_tps(scripts[table], 1, DURATION)
 
     try:
         s.start()
         s.psql("CREATE EXTENSION snowflake; CREATE TABLE t (id bigint PRIMARY KEY DEFAULT snowflake_nextval(), payload text NOT NULL);"
                "CREATE TABLE ts (id bigserial PRIMARY KEY, payload text NOT NULL); CREATE SEQUENCE s;"
                "ALTER SYSTEM SET synchronous_commit = off;")
-        for r in range(ROUNDS + 1):  # round 0 warms up and is discarded
+        for r in range(HORIZON_ROUNDS + 1):  # round 0 warms up and is discarded
             for mode in ("on", "off"):
                 s.psql(f"ALTER SYSTEM SET snowflake.track_horizon = {mode};")
                 s.stop()
@@ -247,6 +448,7 @@ def bench_horizon():
         s.psql("ALTER SYSTEM SET snowflake.track_horizon = on;")
         s.stop()
         s.start()
+        note_settings("part 7 (the read horizon)", s)
         horizon_ns = ns_per_call("snowflake_horizon()", 200000)
         s.stop()
         ins = {}
@@ -266,8 +468,8 @@ def bench_horizon():
             for k, e in measured.items():
                 ins[k] = slope[e] - slope["*"]
             s.stop()
-        return ({k: statistics.median(v) for k, v in ns.items()}, {k: statistics.median(v) for k, v in tps.items()},
-                horizon_ns, ins)
+        return {"ns": {k: spread(v) for k, v in ns.items()}, "tps": {k: spread(v) for k, v in tps.items()},
+                "horizon_us": horizon_ns / 1000, "instructions": ins}
     finally:
         if s.proc and s.proc.poll() is None:
             s.stop()
@@ -281,6 +483,7 @@ def bench_instructions():
         s.start(wrapper=["valgrind", "--tool=callgrind", "--trace-children=yes",
                          f"--callgrind-out-file={s.dir}/cg.%p"])
         s.psql("CREATE EXTENSION snowflake; CREATE SEQUENCE seq_cache1 CACHE 1; CREATE SEQUENCE seq_cache1000 CACHE 1000;")
+        note_settings("part 4 (instructions), under callgrind", s)
         s.psql("SELECT snowflake_nextval()")  # the lease worker has started and written a lease
         # Each expression runs in two fresh backends, over N and 3N rows: the difference cancels
         # what a backend costs by itself (connection, catalog look-ups), leaving 2N calls.
@@ -299,8 +502,8 @@ def bench_instructions():
             if name == "snowflake_nextval()":
                 breakdown = {k: (big.get(k, 0) - small.get(k, 0)) / (2 * VG_CALLS) for k in big}
         s.stop()
-        floor = slope["count(*)"]
-        return {name: v - floor for name, v in slope.items()}, breakdown
+        floor = slope[FLOOR]
+        return {"per_call": {name: v - floor for name, v in slope.items()}, "breakdown": breakdown}
     finally:
         if s.proc and s.proc.poll() is None:
             s.stop()
@@ -345,25 +548,26 @@ def callgrind_breakdown(path):
     return found
 
 
-def chart(pg, path):
+def chart(pgb, path):
     if not shutil.which("gnuplot"):
         print("gnuplot is missing: no chart")
         return
     data = os.path.join(tempfile.mkdtemp(), "tps.dat")
+    cells = {(c["sync"], c["clients"]): c for c in pgb["cells"]}
     with open(data, "w") as f:
         for sync in ("on", "off"):
             f.write(f"# synchronous_commit={sync}\n")
             for c in CLIENTS:
-                f.write(f"{c} " + " ".join(str(pg[(sync, c, k)]) for k in KINDS) + "\n")
+                f.write(f"{c} " + " ".join(str(cells[(sync, c)][k]) for k in KINDS) + "\n")
             f.write("\n\n")
     plots = ", ".join(f"'{data}' index IDX using 1:{i + 2} with linespoints lw 2 title '{k}'" for i, k in enumerate(KINDS))
     script = f"""
 set terminal pngcairo size 1200,500 font 'sans,10' noenhanced
 set output '{path}'
-set xrange [0.9:18]
-set multiplot layout 1,2 title 'pgbench INSERT throughput by key kind (higher is better)'
+set xrange [0.9:{max(CLIENTS) * 1.2}]
+set multiplot layout 1,2 title 'pgbench INSERT throughput by key kind, PostgreSQL {MAJOR} (higher is better)'
 set logscale x 2
-set xtics (1,2,4,8,16)
+set xtics ({",".join(str(c) for c in CLIENTS)})
 set xlabel 'clients'
 set ylabel 'transactions per second'
 set key left top
@@ -378,36 +582,16 @@ unset multiplot
     subprocess.run(["gnuplot"], input=script, text=True, check=True)
 
 
-def bench_concurrency(s):
-    """Per-call cost with 1 and with 2 backends calling in tight loops at the same time."""
-    s.psql("CREATE SEQUENCE IF NOT EXISTS seq_cache1 CACHE 1;")
-    out = {}
-    for name, expr in [("snowflake_nextval()", "snowflake_nextval()"), ("nextval CACHE 1", "nextval('seq_cache1')"),
-                       ("count(*)", "*")]:
-        sql = f"SELECT count({expr}) FROM generate_series(1, {CONC_CALLS}) x;"
-        for backends in (1, 2):
-            best = None
-            for _ in range(3):
-                t0 = time.monotonic()
-                procs = [subprocess.Popen([f"{BIN}/psql", "-X", "-q", "-h", s.dir, "-p", str(s.port), "-U", "postgres",
-                                           "-d", "postgres", "-c", sql], stdout=subprocess.DEVNULL) for _ in range(backends)]
-                for p in procs:
-                    p.wait()
-                wall = time.monotonic() - t0
-                best = wall if best is None else min(best, wall)
-            out[(name, backends)] = best
-    res = {}
-    for name in ("snowflake_nextval()", "nextval CACHE 1"):
-        for b in (1, 2):
-            # Each backend made CONC_CALLS calls in `wall` seconds; the floor is count(*) alone.
-            per_call = max(out[(name, b)] - out[("count(*)", b)], 0.0) * 1e9 / CONC_CALLS
-            res[(name, b)] = (per_call, b * CONC_CALLS / out[(name, b)])
-    return res
-
-
 def wal_counters(s):
     b, f = s.psql("SELECT wal_bytes, wal_fpi FROM pg_stat_wal").split("|")
     return float(b), int(f)
+
+
+def checkpoints(s):
+    """Checkpoints so far, timed and requested (17 moved the counters to pg_stat_checkpointer)."""
+    if MAJOR >= 17:
+        return int(s.psql("SELECT num_timed + num_requested FROM pg_stat_checkpointer"))
+    return int(s.psql("SELECT checkpoints_timed + checkpoints_req FROM pg_stat_bgwriter"))
 
 
 def block_counters(s, table):
@@ -417,17 +601,17 @@ def block_counters(s, table):
     return int(h), int(r)
 
 
-def bench_scale():
-    """Grows one table per key until its primary-key index is SCALE_FACTOR x shared_buffers."""
-    s = Server(port=54402, conf=f"""
-shared_buffers = {SCALE_SHARED_BUFFERS_MB}MB
-checkpoint_timeout = {SCALE_CHECKPOINT}
-max_wal_size = 256MB
-""")
+def bench_scale(profile):
+    """Grows one table per key until its primary-key index is SCALE_FACTOR x shared_buffers, on a
+    server with the checkpoint settings of `profile`. Each key starts from an empty table right
+    after a checkpoint; after that, checkpoints come as the settings make them."""
+    conf = "\n".join(f"{k} = {v}" for k, v in SCALE_PROFILES[profile].items())
+    s = Server(port=54402, conf=f"shared_buffers = {SCALE_SHARED_BUFFERS_MB}MB\n{conf}\n")
     s.start()
     series = {}
     try:
         s.psql("CREATE EXTENSION snowflake;")
+        note_settings(f"part 5 (growing past memory), {profile}", s)
         limit = SCALE_FACTOR * SCALE_SHARED_BUFFERS_MB * 1048576
         for kind, col in KINDS.items():
             if kind == "identity":
@@ -440,10 +624,9 @@ max_wal_size = 256MB
             step_rows = per_client * SCALE_CLIENTS * SCALE_BATCH
             rows, points = 0, []
             while rows < SCALE_MAX_ROWS:
-                if SCALE_CHECKPOINT_EACH_STEP:
-                    s.psql("CHECKPOINT;")
                 wal0, fpi0 = wal_counters(s)
                 io0 = block_counters(s, f"s_{kind}")
+                cp0 = checkpoints(s)
                 t0 = time.monotonic()
                 r = subprocess.run([f"{BIN}/pgbench", "-n", "-h", s.dir, "-p", str(s.port), "-U", "postgres",
                                     "-c", str(SCALE_CLIENTS), "-j", str(min(SCALE_CLIENTS, os.cpu_count() or 1)),
@@ -462,13 +645,15 @@ max_wal_size = 256MB
                     "rows_per_s": step_rows / wall,
                     "wal_per_row": (wal1 - wal0) / step_rows,
                     "fpi_per_1000": (fpi1 - fpi0) * 1000 / step_rows,
+                    "checkpoints": checkpoints(s) - cp0,
                     "index_mib": idx / 1048576,
                     "table_mib": tbl / 1048576,
                     "hit_ratio": hit / (hit + read) if hit + read else 1.0,
                 })
                 p = points[-1]
-                print(f"  {kind:10s} {rows:9d} rows {p['rows_per_s']:9.0f} rows/s {p['wal_per_row']:6.0f} B WAL/row "
-                      f"{p['fpi_per_1000']:6.1f} FPI/1000 index {p['index_mib']:6.1f} MiB hit {p['hit_ratio']:.3f}", flush=True)
+                print(f"  {profile:8s} {kind:10s} {rows:9d} rows {p['rows_per_s']:9.0f} rows/s {p['wal_per_row']:6.0f} B WAL/row "
+                      f"{p['fpi_per_1000']:6.1f} FPI/1000 {p['checkpoints']} checkpoints index {p['index_mib']:6.1f} MiB "
+                      f"hit {p['hit_ratio']:.3f}", flush=True)
                 if idx >= limit:
                     break
             series[kind] = points
@@ -483,37 +668,40 @@ SCALE_METRICS = [
     ("rows_per_s", "inserts per second", "rows per second (higher is better)"),
     ("wal_per_row", "WAL bytes per row", "bytes of WAL per row (lower is better)"),
     ("fpi_per_1000", "full-page images per 1000 rows", "full-page images per 1000 rows (lower is better)"),
-    ("index_mib", "primary-key index size", "MiB"),
-    ("table_mib", "table size", "MiB"),
-    ("hit_ratio", "shared-buffer hit ratio", "hits / (hits + reads)"),
 ]
 
 
-def scale_charts(series):
+def scale_charts(scale):
+    """One chart per metric: the profiles side by side, a line per key."""
     if not shutil.which("gnuplot"):
         print("gnuplot is missing: no charts")
         return []
     tmp = tempfile.mkdtemp()
     names = []
     for key, title, ylabel in SCALE_METRICS:
-        plots = []
-        for kind, points in series.items():
-            data = os.path.join(tmp, f"{kind}.{key}.dat")
-            with open(data, "w") as f:
-                for p in points:
-                    f.write(f"{p['rows']} {p[key]}\n")
-            plots.append(f"'{data}' using ($1/1e6):2 with linespoints lw 2 title '{kind}'")
+        panels = []
+        for profile, series in scale.items():
+            plots = []
+            for kind, points in series.items():
+                data = os.path.join(tmp, f"{profile}.{kind}.{key}.dat")
+                with open(data, "w") as f:
+                    for p in points:
+                        f.write(f"{p['rows']} {p[key]}\n")
+                plots.append(f"'{data}' using ($1/1e6):2 with linespoints lw 2 title '{kind}'")
+            settings = ", ".join(f"{k} {v}" for k, v in SCALE_PROFILES[profile].items())
+            panels.append(f"set title '{profile}: {settings}'\nplot {', '.join(plots)}")
         name = f"scale-{key}-pg{MAJOR}.png"
         subprocess.run(["gnuplot"], text=True, check=True, input=f"""
-set terminal pngcairo size 900,450 font 'sans,10' noenhanced
+set terminal pngcairo size 1200,450 font 'sans,10' noenhanced
 set output '{os.path.join(OUT, name)}'
-set title '{title} as the table grows (PostgreSQL {MAJOR}, shared_buffers {SCALE_SHARED_BUFFERS_MB} MB)'
+set multiplot layout 1,{len(panels)} title '{title} as the table grows (PostgreSQL {MAJOR}, shared_buffers {SCALE_SHARED_BUFFERS_MB} MB)'
 set xlabel 'rows (millions)'
 set ylabel '{ylabel}'
 set key left top
 set grid
 set yrange [0:*]
-plot {", ".join(plots)}
+{chr(10).join(panels)}
+unset multiplot
 """)
         names.append((title, name))
     return names
@@ -547,6 +735,7 @@ snowflake.worker_id = {i}""")
             n.psql("CREATE EXTENSION citus;")
             nodes.append(n)
         coord = nodes[0]
+        note_settings("part 6 (Citus), the coordinator; each worker differs only in port, socket directory and worker_id", coord)
         coord.psql(f"SELECT citus_set_coordinator_host('{coord.dir}', {coord.port});" +
                    "".join(f"SELECT citus_add_node('{w.dir}', {w.port});" for w in nodes[1:]) +
                    "CREATE EXTENSION snowflake;")
@@ -579,7 +768,7 @@ snowflake.worker_id = {i}""")
         dup = coord.psql("SELECT " + " + ".join(f"(SELECT count(*) - count(DISTINCT id) FROM c_{k})" for k in CITUS_KINDS))
         if dup != "0":
             raise SystemExit(f"duplicate keys on Citus: {dup}")
-        return {k: statistics.median(v) for k, v in runs.items()}
+        return {f"{route}|{kind}": statistics.median(v) for (route, kind), v in runs.items()}
     finally:
         for n in nodes:
             if n.proc and n.proc.poll() is None:
@@ -587,111 +776,120 @@ snowflake.worker_id = {i}""")
             n.cleanup()
 
 
-def main():
-    os.makedirs(OUT, exist_ok=True)
-    today = datetime.date.today().isoformat()
-    md = [f"# snowflake benchmark, PostgreSQL {MAJOR}, {today}", "", f"Machine: {machine()}.", "",
-          "Produced by `make bench` (bench/bench.py); every figure below comes from the same run and server.", ""]
-    s = Server()
-    s.start()
-    try:
-        s.psql("CREATE EXTENSION snowflake;")
-        if "calls" in PARTS:
-            print("1. cost per call ...", flush=True)
-            med, ns = bench_calls(s)
-            sf = ns["snowflake_nextval()"]
-            md += [f"## 1. Cost per call, one session", "",
-                   f"`SELECT count(f) FROM generate_series(1, {CALLS})`, median of {ROUNDS} interleaved rounds after a warm-up. "
-                   "Per call = (median − median of `count(*)`, which evaluates nothing per row) / calls.", "",
-                   "| f | median ms | ns per call | snowflake_nextval() per call as a fraction of it |", "|---|---:|---:|---:|"]
-            for name, _ in FUNCS:
-                frac = f"{sf / ns[name]:.2f}" if ns[name] > 0 and name not in ("snowflake_nextval()", "count(*)") else "—"
-                md.append(f"| `{name}` | {med[name]:.1f} | {ns[name]:.1f} | {frac} |")
+
+def markdown(r):
+    """The result file for people: every figure of this run with its spread."""
+    md = [f"# snowflake benchmark, PostgreSQL {MAJOR}, {r['date']}", "",
+          f"- Machine: {r['machine']}.", f"- Commit measured: `{r['commit']}`.",
+          f"- Parts: {', '.join(PARTS)}. Parameters: " + ", ".join(f"{k} = {v}" for k, v in r["parameters"].items()) + ".",
+          "", "Produced by `make bench` (bench/bench.py). Every figure below comes from this run; each server's settings "
+          "that differ from PostgreSQL's defaults are listed at the end.", ""]
+    md += ["## Hypotheses", "", "Stated in bench/bench.py before the run (`HYPOTHESES`); the verdicts are computed from "
+           "this run's numbers.", "", "| | hypothesis | threshold | measured | verdict |", "|---|---|---:|---:|---|"]
+    for v in r["verdicts"]:
+        thr = (f"{v['threshold'][0]:g} to {v['threshold'][1]:g}" if v["how"] == "within"
+               else f"{v['how']} {v['threshold']:.3g}")
+        val = "—" if v["value"] is None else f"{v['value']:.3f}"
+        md.append(f"| {v['id']} | {v['text']} | {thr} | {val} | {v['verdict']} |")
+    md.append("")
+    if "calls" in r:
+        c = r["calls"]
+        md += ["## 1. Cost per call, one session", "",
+               f"`SELECT count(f) FROM generate_series(1, {CALLS})`, {ROUNDS} interleaved rounds after a warm-up. In each "
+               "round, f's per-call time is (its time − the time of `count(*)`, which evaluates nothing per row, in the "
+               "same round) / calls: median (min–max) over the rounds. The floor is `count(*)`'s own time per row; "
+               "a figure whose median is within the floor's spread (max − min over the rounds) is not a measurement "
+               "and says so.", "",
+               f"Floor: {c[FLOOR]['median']:.1f} ns per row ({c[FLOOR]['min']:.1f}–{c[FLOOR]['max']:.1f}).", "",
+               "| f | ns per call, median (min–max) | signal / floor | snowflake_nextval() as a fraction of it |",
+               "|---|---:|---:|---:|"]
+        sf = c["snowflake_nextval()"]["median"]
+        for name, _ in FUNCS:
+            if name == FLOOR:
+                continue
+            frac = f"{sf / c[name]['median']:.2f}" if name != "snowflake_nextval()" and c[name]["resolved"] else "—"
+            md.append(f"| `{name}` | {fmt_signal(c[name])} | {c[name]['share']:.2f} | {frac} |")
+        md.append("")
+    if "concurrency" in r:
+        md += ["## 1b. One and two backends at once", "",
+               f"pgbench runs `SELECT count(f) FROM generate_series(1, {CONC_BATCH})` as its transaction for {CONC_DURATION} s "
+               f"with 1 and with 2 clients (this machine has {os.cpu_count()} cores), {CONC_ROUNDS} interleaved rounds; "
+               "pgbench's TPS excludes connection set-up. Per call and backend = (clients / TPS) / rows, minus "
+               "`count(*)`'s in the same round; calls per second = TPS × rows, the loop's own cost included.", "",
+               "| f | backends | ns per call and backend, median (min–max) | calls per second, all backends, median (min–max) |",
+               "|---|---:|---:|---:|"]
+        for key, v in r["concurrency"].items():
+            name, b = key.split("|")
+            cps = v["calls_per_s"]
+            md.append(f"| `{name}` | {b} | {fmt_signal(v['per_call'])} | {cps['median']:,.0f} ({cps['min']:,.0f}–{cps['max']:,.0f}) |")
+        md.append("")
+    if "pgbench" in r:
+        for sync in ("on", "off"):
+            md += [f"## 2. pgbench INSERT, synchronous_commit = {sync}", "",
+                   f"`INSERT INTO t (payload) VALUES ('payload')`, {DURATION} s per run, table truncated and a checkpoint "
+                   f"before each; TPS, median of {PGBENCH_ROUNDS} interleaved rounds (ratio to bigserial) [min–max].", "",
+                   "| clients | " + " | ".join(KINDS) + " |", "|---:|" + "---:|" * len(KINDS)]
+            for cell in r["pgbench"]["cells"]:
+                if cell["sync"] != sync:
+                    continue
+                base = cell["bigserial"] or 1
+                md.append(f"| {cell['clients']} | " + " | ".join(
+                    f"{cell[k]:.0f} ({cell[k] / base:.2f}) [{cell['spread'][k]['min']:.0f}–{cell['spread'][k]['max']:.0f}]"
+                    for k in KINDS) + " |")
             md.append("")
-            print("\n".join(md[-len(FUNCS) - 3:]), flush=True)
-        if "concurrency" in PARTS:
-            print("1b. concurrency ...", flush=True)
-            conc = bench_concurrency(s)
-            md += ["## 1b. One and two backends calling at once", "",
-                   f"Each backend runs `SELECT count(f) FROM generate_series(1, {CONC_CALLS})`; with 2 backends both run at the "
-                   "same time on this 2-core machine. Best of 3; the floor (`count(*)` with the same number of backends) is "
-                   "subtracted.", "",
-                   "| f | backends | ns per call, each backend | calls per second, all backends |", "|---|---:|---:|---:|"]
-            for (name, b), (ns_, cps) in conc.items():
-                md.append(f"| `{name}` | {b} | {ns_:.1f} | {cps:,.0f} |")
-            md.append("")
-            print("\n".join(md[-6:]), flush=True)
-        if "pgbench" in PARTS:
-            print("2. pgbench ...", flush=True)
-            pg = bench_pgbench(s)
-            for sync in ("on", "off"):
-                md += [f"## 2. pgbench INSERT, synchronous_commit = {sync}", "",
-                       f"`INSERT INTO t (payload) VALUES ('payload')`, {DURATION} s per run, table truncated and a checkpoint before "
-                       f"each; median TPS of {PGBENCH_ROUNDS} interleaved rounds (ratio to bigserial).", "",
-                       "| clients | " + " | ".join(KINDS) + " |", "|---:|" + "---:|" * len(KINDS)]
-                for c in CLIENTS:
-                    base = pg[(sync, c, "bigserial")] or 1
-                    md.append(f"| {c} | " + " | ".join(f"{pg[(sync, c, k)]:.0f} ({pg[(sync, c, k)] / base:.2f})" for k in KINDS) + " |")
-                md.append("")
-            chart(pg, os.path.join(OUT, f"tps-pg{MAJOR}.png"))
-            md += [f"![TPS against clients](tps-pg{MAJOR}.png)", ""]
-        if "sizes" in PARTS:
-            print("3. sizes ...", flush=True)
-            sizes = bench_sizes(s)
-            md += ["## 3. Size after 1,000,000 rows", "", "| key | table | primary-key index |", "|---|---:|---:|"]
-            for k, (t, i) in sizes.items():
-                md.append(f"| {k} | {t / 1048576:.1f} MiB | {i / 1048576:.1f} MiB |")
-            md.append("")
-    finally:
-        s.stop()
-        s.cleanup()
-    if "instructions" in PARTS:
-        print("4. instructions (valgrind) ...", flush=True)
-        ins, breakdown = bench_instructions()
+        md += [f"![TPS against clients](tps-pg{MAJOR}.png)", ""]
+    if "sizes" in r:
+        md += ["## 3. Size after 1,000,000 rows", "", "| key | table | primary-key index |", "|---|---:|---:|"]
+        for k, v in r["sizes"].items():
+            md.append(f"| {k} | {v['table_mib']:.1f} MiB | {v['index_mib']:.1f} MiB |")
+        md.append("")
+    if "instructions" in r:
+        ins = r["instructions"]
         md += ["## 4. Instructions per call (callgrind)", "",
                f"A server under `valgrind --tool=callgrind`; for each f two new backends run `count(f)` over {VG_CALLS} and "
                f"{3 * VG_CALLS} rows; (difference of their instruction totals) / {2 * VG_CALLS} is the cost per row, and the "
-               "floor of `count(*)` (which evaluates nothing per row) is subtracted. Repeatable, unlike times.", "",
+               "floor of `count(*)` is subtracted. Repeatable, unlike times.", "",
                "| f | instructions per call |", "|---|---:|"]
         for name, _ in FUNCS:
-            md.append(f"| `{name}` | {ins[name]:.0f} |")
+            if name != FLOOR:
+                md.append(f"| `{name}` | {ins['per_call'][name]:.0f} |")
         md += ["", "Where `snowflake_nextval()`'s instructions go (self cost per call, from `callgrind_annotate`):", "",
                "| function | what it is | instructions per call |", "|---|---|---:|"]
         for key, what in BREAKDOWN:
-            if key in breakdown:
-                md.append(f"| `{key}` | {what} | {breakdown[key]:.0f} |")
+            if key in ins["breakdown"]:
+                md.append(f"| `{key}` | {what} | {ins['breakdown'][key]:.0f} |")
         md.append("")
-    if "scale" in PARTS:
-        print("5. scale ...", flush=True)
-        series = bench_scale()
-        charts = scale_charts(series)
+    if "scale" in r:
         md += ["## 5. Growing past memory", "",
-               f"A server with `shared_buffers = {SCALE_SHARED_BUFFERS_MB}MB`, `checkpoint_timeout = {SCALE_CHECKPOINT}` "
-               f"and `full_page_writes = on`{', and a CHECKPOINT before every step' if SCALE_CHECKPOINT_EACH_STEP else ''}; for each key a table grows from empty in steps of {SCALE_STEP_ROWS:,} rows, "
-               f"{SCALE_CLIENTS} pgbench clients each inserting batches of {SCALE_BATCH} rows, until its primary-key index "
-               f"is at least {SCALE_FACTOR:g}x shared_buffers. Per step: rows per second, WAL bytes per row and full-page "
-               "images per 1000 rows (`pg_stat_wal`), index and table size, shared-buffer hit ratio of the table and its "
-               "indexes (`pg_statio_user_tables`).", "",
-               ("" if MAJOR >= 18 else f"UUIDv7 is absent: `uuidv7()` is native from PostgreSQL 18, and this is {MAJOR}."),
-               "",
-               "Final step:", "",
-               "| key | rows | rows/s | WAL B/row | FPI/1000 rows | PK index MiB | table MiB | hit ratio |",
-               "|---|---:|---:|---:|---:|---:|---:|---:|"]
-        for kind, points in series.items():
-            p = points[-1]
-            md.append(f"| {kind} | {p['rows']:,} | {p['rows_per_s']:,.0f} | {p['wal_per_row']:.0f} | {p['fpi_per_1000']:.1f} | "
-                      f"{p['index_mib']:.1f} | {p['table_mib']:.1f} | {p['hit_ratio']:.3f} |")
+               f"A server with `shared_buffers = {SCALE_SHARED_BUFFERS_MB}MB`; for each key a table grows from empty (right "
+               f"after a checkpoint) in steps of {SCALE_STEP_ROWS:,} rows, {SCALE_CLIENTS} pgbench clients each inserting "
+               f"batches of {SCALE_BATCH} rows, until its primary-key index is at least {SCALE_FACTOR:g}x shared_buffers. "
+               "Run once per checkpoint profile: " + "; ".join(
+                   f"**{p}**: " + ", ".join(f"`{k} = {v}`" for k, v in conf.items()) for p, conf in SCALE_PROFILES.items()) +
+               ". Per step: rows per second, WAL bytes per row and full-page images per 1000 rows (`pg_stat_wal`), "
+               "checkpoints during the step, index and table size, shared-buffer hit ratio of the table and its indexes.",
+               "", ("" if MAJOR >= 18 else f"UUIDv7 is absent: `uuidv7()` is native from PostgreSQL 18, and this is {MAJOR}."),
+               "", "Final step:", "",
+               "| profile | key | rows | rows/s | WAL B/row | FPI/1000 rows | checkpoints (all steps) | PK index MiB | table MiB | hit ratio |",
+               "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+        for profile, series in r["scale"].items():
+            for kind, points in series.items():
+                p = points[-1]
+                md.append(f"| {profile} | {kind} | {p['rows']:,} | {p['rows_per_s']:,.0f} | {p['wal_per_row']:.0f} | "
+                          f"{p['fpi_per_1000']:.1f} | {sum(q['checkpoints'] for q in points)} | {p['index_mib']:.1f} | "
+                          f"{p['table_mib']:.1f} | {p['hit_ratio']:.3f} |")
         md.append("")
-        md += ["Every step (rows: rows/s, WAL B/row, FPI/1000, index MiB, hit ratio):", ""]
-        for kind, points in series.items():
-            md.append(f"- {kind}: " + "; ".join(f"{p['rows'] // 1000}k: {p['rows_per_s']:,.0f}, {p['wal_per_row']:.0f}, "
-                                               f"{p['fpi_per_1000']:.1f}, {p['index_mib']:.1f}, {p['hit_ratio']:.3f}" for p in points))
-        md.append("")
-        for title, name in charts:
+        for profile, series in r["scale"].items():
+            md += [f"Every step, {profile} (thousands of rows: rows/s, WAL B/row, FPI/1000, checkpoints, index MiB, hit ratio):", ""]
+            for kind, points in series.items():
+                md.append(f"- {kind}: " + "; ".join(
+                    f"{p['rows'] // 1000}k: {p['rows_per_s']:,.0f}, {p['wal_per_row']:.0f}, {p['fpi_per_1000']:.1f}, "
+                    f"{p['checkpoints']}, {p['index_mib']:.1f}, {p['hit_ratio']:.3f}" for p in points))
+            md.append("")
+        for title, name in r.get("scale_charts", []):
             md += [f"![{title}]({name})", ""]
-    if "citus" in PARTS:
-        print("6. Citus ...", flush=True)
-        ct = bench_citus()
+    if "citus" in r:
+        ct = r["citus"]
         md += ["## 6. INSERT on Citus", ""]
         if ct is None:
             md += [f"Not run: Citus 14.0.1 supports PostgreSQL 16, 17 and 18, and this is {MAJOR}.", ""]
@@ -699,41 +897,100 @@ def main():
             md += [f"A Citus 14.0.1 cluster on this machine: a coordinator and two workers (each its own server, each "
                    f"preloading `citus,snowflake` with its own pair), every table distributed by its key over 8 shards. "
                    f"`INSERT INTO t (payload) VALUES ('payload')`, {CITUS_CLIENTS} pgbench clients in all, {DURATION} s per "
-                   f"run, median TPS of {PGBENCH_ROUNDS} interleaved rounds (ratio to bigserial, whose values Citus takes "
-                   "from a range per node group). Through the coordinator: every client connects to it; through every "
-                   f"node: {CITUS_CLIENTS // 3} clients on each of the three nodes, each node generating the keys of the "
-                   "rows it receives. Every key was unique at the end.", "",
+                   f"run, median TPS of {PGBENCH_ROUNDS} interleaved rounds (ratio to bigserial). Through the coordinator: "
+                   f"every client connects to it; through every node: {CITUS_CLIENTS // 3} clients on each of the three "
+                   "nodes. Every key was unique at the end.", "",
                    "| route | " + " | ".join(CITUS_KINDS) + " |", "|---|" + "---:|" * len(CITUS_KINDS)]
             for route in ("coordinator", "every node"):
-                base = ct[(route, "bigserial")] or 1
-                md.append(f"| {route} | " + " | ".join(f"{ct[(route, k)]:.0f} ({ct[(route, k)] / base:.2f})"
+                base = ct[f"{route}|bigserial"] or 1
+                md.append(f"| {route} | " + " | ".join(f"{ct[f'{route}|{k}']:.0f} ({ct[f'{route}|{k}'] / base:.2f})"
                                                       for k in CITUS_KINDS) + " |")
             md.append("")
+    if "horizon" in r:
+        h = r["horizon"]
+        md += ["## 7. What the read horizon costs", "",
+               "One server restarted with `snowflake.track_horizon` on and off in alternating rounds "
+               f"({HORIZON_ROUNDS} after a warm-up; median (min–max)): `snowflake_nextval()` per call ({CALLS} calls, "
+               f"best of two minus best of two `count(*)`), pgbench `INSERT INTO t (payload) VALUES ('payload')` with 1 "
+               f"client for {DURATION} s and `synchronous_commit = off` (one transaction per ID), and instructions per "
+               "call under callgrind. PostgreSQL's own sequence (`nextval('s')`, and a `bigserial` table for the "
+               "INSERTs) is measured in every round of both modes.", "",
+               "| | track_horizon = on | off | sequence |", "|---|---:|---:|---:|"]
+        for label, v, fmt in (("`snowflake_nextval()`, ns per call", h["ns"], ".1f"),
+                              ("INSERT transactions per second", h["tps"], ".0f")):
+            md.append(f"| {label} | " + " | ".join(
+                f"{v[k]['median']:{fmt}} ({v[k]['min']:{fmt}}–{v[k]['max']:{fmt}})" for k in ("on", "off", "seq")) + " |")
+        md.append("| `snowflake_nextval()`, instructions per call | " +
+                  " | ".join(f"{h['instructions'][k]:.0f}" for k in ("on", "off", "seq")) + " |")
+        md += ["", f"`snowflake_horizon()` itself: {h['horizon_us']:.1f} µs per call (max_connections = 64).", ""]
+    md += ["## Server settings", "", "Every setting that differs from PostgreSQL's built-in default "
+           "(`pg_settings.boot_val`), per server:", ""]
+    for role, lines in r["settings"].items():
+        md += [f"- {role}: " + ", ".join(f"`{line}`" for line in lines)]
+    md.append("")
+    return "\n".join(md)
+
+
+def main():
+    os.makedirs(OUT, exist_ok=True)
+    r = {"major": MAJOR, "date": datetime.date.today().isoformat(), "machine": machine(), "commit": commit(),
+         "parts": PARTS, "parameters": {
+             "calls": CALLS, "rounds": ROUNDS, "pgbench_duration_s": DURATION, "pgbench_rounds": PGBENCH_ROUNDS,
+             "clients": CLIENTS, "conc_batch": CONC_BATCH, "conc_duration_s": CONC_DURATION, "conc_rounds": CONC_ROUNDS,
+             "scale_shared_buffers_mb": SCALE_SHARED_BUFFERS_MB, "scale_factor": SCALE_FACTOR,
+             "scale_step_rows": SCALE_STEP_ROWS, "scale_profiles": SCALE_PROFILES, "horizon_rounds": HORIZON_ROUNDS}}
+    print("Hypotheses (bench/bench.py, before the run):")
+    for hid, text, _, how, threshold in HYPOTHESES:
+        print(f"  {hid}: {text} ({how} {threshold})")
+    s = Server()
+    s.start()
+    try:
+        s.psql("CREATE EXTENSION snowflake;")
+        note_settings("parts 1 to 3", s)
+        if "calls" in PARTS:
+            print("1. cost per call ...", flush=True)
+            r["calls"] = bench_calls(s)
+        if "concurrency" in PARTS:
+            print("1b. concurrency ...", flush=True)
+            r["concurrency"] = bench_concurrency(s)
+        if "pgbench" in PARTS:
+            print("2. pgbench ...", flush=True)
+            r["pgbench"] = bench_pgbench(s)
+            chart(r["pgbench"], os.path.join(OUT, f"tps-pg{MAJOR}.png"))
+        if "sizes" in PARTS:
+            print("3. sizes ...", flush=True)
+            r["sizes"] = bench_sizes(s)
+    finally:
+        s.stop()
+        s.cleanup()
+    if "instructions" in PARTS:
+        print("4. instructions (valgrind) ...", flush=True)
+        r["instructions"] = bench_instructions()
+    if "scale" in PARTS:
+        print("5. scale ...", flush=True)
+        r["scale"] = {profile: bench_scale(profile) for profile in SCALE_PROFILES}
+        r["scale_charts"] = scale_charts(r["scale"])
+    if "citus" in PARTS:
+        print("6. Citus ...", flush=True)
+        r["citus"] = bench_citus()
     if "horizon" in PARTS:
         print("7. the read horizon ...", flush=True)
-        ns, tps, horizon_ns, ins = bench_horizon()
-        md += ["## 7. What the read horizon costs", "",
-               "One server restarted with `snowflake.track_horizon` on and off in alternating rounds (median of "
-               f"{ROUNDS} after a warm-up): `snowflake_nextval()` per call ({CALLS} calls, floor subtracted), pgbench "
-               f"`INSERT INTO t (payload) VALUES ('payload')` with 1 client for {DURATION} s and `synchronous_commit = off` "
-               "(one transaction per ID: the end-of-transaction store at its most frequent), and instructions per call "
-               "under callgrind (the floor of `count(*)` subtracted, as in part 4). PostgreSQL's own sequence "
-               "(`nextval('s')`, and a `bigserial` table for the INSERTs) is measured in every round of both modes "
-               "on the same server; ratios are to it.", "",
-               "| | track_horizon = on | off | sequence | on / off | on / sequence | off / sequence |",
-               "|---|---:|---:|---:|---:|---:|---:|"]
-        for label, v, fmt in (("`snowflake_nextval()`, ns per call", ns, ".1f"),
-                              ("`snowflake_nextval()`, instructions per call", ins, ".0f"),
-                              ("INSERT transactions per second", tps, ".0f")):
-            md.append(f"| {label} | {v['on']:{fmt}} | {v['off']:{fmt}} | {v['seq']:{fmt}} | {v['on'] / v['off']:.3f} "
-                      f"| {v['on'] / v['seq']:.3f} | {v['off'] / v['seq']:.3f} |")
-        md += ["", f"`snowflake_horizon()` itself: {horizon_ns / 1000:.1f} µs per call (max_connections = 64).", ""]
-    text = "\n".join(md)
-    suffix = "" if ",".join(PARTS) == DEFAULT_PARTS else "-" + "-".join(PARTS)
-    for name in (f"{today}-pg{MAJOR}{suffix}.md", f"latest-pg{MAJOR}{suffix}.md"):
-        with open(os.path.join(OUT, name), "w") as f:
-            f.write(text)
+        r["horizon"] = bench_horizon()
+    r["settings"] = SETTINGS
+    r["verdicts"] = verdicts(r)
+    text = markdown(r)
+    # A run of every part is the one the docs render from; a run of some parts is kept apart.
+    stem = f"pg{MAJOR}" if ",".join(PARTS) == DEFAULT_PARTS else f"pg{MAJOR}-" + "-".join(PARTS)
+    with open(os.path.join(OUT, stem + ".md"), "w") as f:
+        f.write(text)
+    with open(os.path.join(OUT, stem + ".json"), "w") as f:
+        json.dump(r, f, indent=1, sort_keys=True)
+        f.write("\n")
     print(text)
+    print("Verdicts:")
+    for v in r["verdicts"]:
+        val = "—" if v["value"] is None else f"{v['value']:.3f}"
+        print(f"  {v['id']}: {v['verdict']} ({val} {v['how']} {v['threshold']})")
 
 
 if __name__ == "__main__":
