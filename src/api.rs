@@ -197,7 +197,7 @@ COMMENT ON FUNCTION snowflake_decode(bigint) IS 'The parts of a snowflake ID: wh
     ]
 );
 
-// The errors of this module (reported through `errors::raise`).
+// The errors of this module (reported through [`errors::raise`]).
 
 /// `snowflake.epoch` moved later on a server that issued IDs under an earlier one: new IDs would
 /// be below old ones.
@@ -240,7 +240,7 @@ fn generator_error(e: GenError, epoch_ms: i64) -> ! {
             )),
             Some("IDs are issued once the clock passes the epoch. If the clock is right, snowflake.epoch is wrong: set a past instant and restart the server."),
         ),
-        // The fleet check reports this with the other server's details (`fleet::refuse`);
+        // The fleet check reports this with the other server's details ([`crate::fleet::refuse`]);
         // this is the same error for any path that meets it without them.
         GenError::Refused => errors::raise(
             PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,

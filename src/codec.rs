@@ -1,4 +1,4 @@
-//! The short text forms of `core::codec` as SQL functions.
+//! The short text forms of [`crate::core::codec`] as SQL functions.
 
 use crate::core::codec::{self, CodecError, Form};
 use crate::errors;

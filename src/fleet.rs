@@ -1,11 +1,11 @@
-//! The fleet check's glue (the rule itself is `core::fleet`): this server's claim in the table
+//! The fleet check's glue (the rule itself is [`crate::core::fleet`]): this server's claim in the table
 //! `_snowflake.claims`, which logical replication carries between servers, refreshed by the lease
 //! worker; and the error `snowflake_nextval()` raises while another live server claims our pair.
 //!
 //! The table lives beside the lease in `snowflake.database`. Only the server writes it (and the
 //! replication that brings the peers' rows, and a DBA retiring a server): PUBLIC has no privilege
 //! on the schema or the table. Every statement here runs as superuser in a database an ordinary
-//! role may own, so each names its functions and operators with their schema (see `lease.rs`).
+//! role may own, so each names its functions and operators with their schema (see [`crate::lease`]).
 
 use crate::config;
 use crate::core::fleet::{conflict, Claim, Liveness, PathEvent, PathReading, PathWatch};
@@ -16,7 +16,7 @@ use crate::generator::GENERATOR;
 use pgrx::bgworkers::BackgroundWorker;
 use pgrx::prelude::*;
 
-/// Created by the lease worker with the lease, in the same transaction (`lease.rs`).
+/// Created by the lease worker with the lease, in the same transaction ([`crate::lease`]).
 pub const CLAIMS_DDL: &str = "
     CREATE TABLE _snowflake.claims (
         system_identifier bigint PRIMARY KEY,
@@ -73,7 +73,7 @@ fn read_claims() -> Vec<Claim> {
     })
 }
 
-/// The highest ID another server may have issued on our pair (see `core::fleet::handover_floor`),
+/// The highest ID another server may have issued on our pair (see [`crate::core::fleet::handover_floor`]),
 /// inside the caller's transaction.
 pub fn handover_floor(node: Node) -> Option<i64> {
     let claims = read_claims();
@@ -252,7 +252,7 @@ pub fn refuse() -> ! {
     )
 }
 
-// The errors of this module (reported through `errors::raise`).
+// The errors of this module (reported through [`crate::errors::raise`]).
 
 /// Another live server claims our (datacenter, worker): issuing would repeat its IDs.
 fn node_claimed(

@@ -1,5 +1,9 @@
-//! The one generator of this server: a `State` in shared memory under a PostgreSQL LWLock, so
-//! every backend and parallel worker shares one last timestamp and one sequence.
+//! The one generator of this server: a [`State`] in shared memory under a PostgreSQL LWLock, so
+//! every backend and parallel worker shares one last timestamp and one sequence. That one state
+//! is what makes [the generator's invariant](crate::core::generator#invariant) hold for the whole
+//! server; the lease bound it checks is [`crate::core::lease`]'s rule, kept by [`crate::lease`].
+//! Nothing here sleeps or waits while holding the LWLock: a call that must wait returns to
+//! [`crate::core::generator::issue`]'s loop, which waits with no lock held.
 
 use crate::core::generator::State;
 use pgrx::lwlock::PgLwLock;
@@ -17,13 +21,13 @@ pub struct Shared {
     pub worker_pid: i32,
     /// IDs issued when the worker last renewed, to tell an idle server from a busy one.
     pub issued_at_renewal: u64,
-    /// The other server's claim while `state.refused` is set (see `fleet.rs`).
+    /// The other server's claim while `state.refused` is set (see [`crate::fleet`]).
     pub conflict: crate::core::fleet::Claim,
     /// Whether that claim is a conflict only because claims may be stale here (a path that
-    /// carries them is not applying; see `core::fleet::PathWatch`).
+    /// carries them is not applying; see [`crate::core::fleet::PathWatch`]).
     pub claims_stale: bool,
     /// While `state.refused` is set because the lease worker found an object in `_snowflake` that
-    /// no superuser owns (see `lease::foreign_object`): what it is and who owns it.
+    /// no superuser owns (see `foreign_object` in [`crate::lease`]): what it is and who owns it.
     pub foreign: ForeignObject,
     /// The epoch the persisted mark was written under (Unix ms), `i64::MIN` until the lease
     /// worker has read it: tells an epoch that moved later from a clock that is behind.
@@ -111,7 +115,7 @@ pub fn init() {
 struct Hot {
     shared: *mut Shared,
     lock: *mut pg_sys::LWLock,
-    /// The holding slot of this process's transaction (see `horizon.rs`); null when
+    /// The holding slot of this process's transaction (see [`crate::horizon`]); null when
     /// `snowflake.track_horizon` is off.
     slot: *const std::sync::atomic::AtomicI64,
 }

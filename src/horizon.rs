@@ -1,10 +1,10 @@
-//! `snowflake_horizon()`: the read horizon of `core::horizon`, kept in shared memory.
+//! `snowflake_horizon()`: the read horizon of [`crate::core::horizon`], kept in shared memory.
 //!
-//! Invariant (see `core::horizon` for why it makes the horizon exact): every ID this server has
+//! Invariant (see [`crate::core::horizon`] for why it makes the horizon exact): every ID this server has
 //! issued to a transaction that has not yet ended and become visible is at or above the value in
 //! that transaction's holding slot, or, for a prepared transaction, in its prepared entry.
 //! The pieces that keep it, each with its reason:
-//! - `generator::hot_attempt` stores the ID into the slot in the critical section that issues it, so
+//! - [`crate::generator::hot_attempt`] stores the ID into the slot in the critical section that issues it, so
 //!   no reader under the generator's lock can see an issued ID that no slot holds;
 //! - the slot of a backend is its PGPROC's index; a parallel worker uses its lock group leader's,
 //!   since its IDs belong to the leader's transaction (the leader waits for its workers before it
@@ -352,7 +352,7 @@ fn scan_survivors() -> bool {
     true
 }
 
-/// Commits the generator to the clock (see `core::horizon::advance`), so that the horizon of an
+/// Commits the generator to the clock (see [`crate::core::horizon::advance`]), so that the horizon of an
 /// idle server keeps up with time. When the lease is behind the clock (an idle server renews
 /// none), it asks the lease worker for one and waits for it, with the lock released, for at most
 /// a second: without it the horizon is only lower, never wrong.

@@ -1,4 +1,5 @@
-//! The lease worker: persists the generator's high-water mark through WAL.
+//! The lease worker: persists the generator's high-water mark through WAL, which keeps
+//! [the lease rule](crate::core::lease) (a lease is durable before any ID under it is issued).
 //!
 //! The mark is a plain PostgreSQL sequence, `_snowflake.lease_ms` in the database named by
 //! `snowflake.database`, holding Unix milliseconds, beside `_snowflake.epoch_ms`, the epoch it was
@@ -281,7 +282,7 @@ fn wait_while_foreign_objects() {
     }
 }
 
-/// A random node token (see `core::fleet`), from PostgreSQL's strong random source.
+/// A random node token (see [`crate::core::fleet`]), from PostgreSQL's strong random source.
 fn random_token() -> i64 {
     let mut buf = [0u8; 8];
     // SAFETY: a valid buffer of the length given.
@@ -397,7 +398,7 @@ fn read_mark() -> (i64, Option<i64>) {
 }
 
 /// Persists a lease: first raised above the highest ID another server may have issued on our
-/// pair (a pair handed over; see `core::fleet::handover_floor`), in the same transaction, so that
+/// pair (a pair handed over; see [`crate::core::fleet::handover_floor`]), in the same transaction, so that
 /// no lease is ever written without having looked. Returns the lease written, if one was needed.
 fn renew(epoch: i64, drift: u64) -> Option<u64> {
     let node = config::node();

@@ -4,8 +4,8 @@
 //! the millisecond its ID carries.
 //!
 //! `snowflake_partitions()` is PL/pgSQL (`partitions.sql`, beside this file): catalog reading,
-//! with the arithmetic of the SQL functions of `api.rs`. The functions that create and drop
-//! partitions act as the table's owner (`as_owner.rs`).
+//! with the arithmetic of the SQL functions of [`crate::api`]. The functions that create and drop
+//! partitions act as the table's owner ([`crate::as_owner`]).
 
 #[allow(unused_imports)] // named by `requires` below
 use crate::api::{snowflake_min_id, snowflake_timestamp};

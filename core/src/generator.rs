@@ -1,6 +1,8 @@
 //! The clock + sequence policy: one `State` per server, advanced under the server's lock.
 //!
-//! Invariant: every ID issued from a `State` is strictly greater than the one before it, and
+//! # Invariant
+//!
+//! Every ID issued from a [`State`] is strictly greater than the one before it, and
 //! greater than every ID whose timestamp is at or below the floor the state was started from.
 //! Because the node bits are the same for every ID of a server, that makes every ID unique, and
 //! IDs of different nodes can never collide.
@@ -29,7 +31,7 @@ pub struct Stats {
     /// Times the wall clock was seen to go backwards (one per episode, not per call).
     pub clock_back_events: u64,
     pub largest_clock_back_ms: u64,
-    /// Times the lease worker saw the wall clock jump forward (see `lease::forward_jump`), and the
+    /// Times the lease worker saw the wall clock jump forward (see [`crate::lease::forward_jump`]), and the
     /// largest such jump: IDs issued after one are dated that far ahead of real time if the clock
     /// was wrong.
     pub clock_forward_jumps: u64,
@@ -48,7 +50,7 @@ pub struct State {
     pub(crate) last_ms: u64,
     /// Sequence of the last ID issued; `MAX_SEQUENCE` means "nothing left in `last_ms`".
     pub(crate) last_seq: u32,
-    /// The highest timestamp IDs may carry until the lease is renewed (see `lease.rs`);
+    /// The highest timestamp IDs may carry until the lease is renewed (see [`crate::lease`]);
     /// `u64::MAX` when no lease is required.
     pub(crate) lease_ms: u64,
     /// The highest clock reading seen, to tell a clock that went back from a borrowed lead.
@@ -57,7 +59,7 @@ pub struct State {
     /// Set when an ID had to wait for the lease: tells the renewer that it is needed now.
     pub(crate) lease_wanted: bool,
     /// Set while another live server claims this server's datacenter and worker ID (see
-    /// `fleet.rs`): issuing would repeat its IDs, so nothing is issued until it clears.
+    /// [`crate::fleet`]): issuing would repeat its IDs, so nothing is issued until it clears.
     pub(crate) refused: bool,
     pub(crate) stats: Stats,
 }

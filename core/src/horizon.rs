@@ -5,9 +5,11 @@
 //! largest ID it got never misses a row, however the writers' transactions commit: every row at
 //! or below `H` that will ever commit has committed already.
 //!
-//! How it is kept exact (the glue in `horizon.rs` holds the pieces; this module decides):
+//! # Invariant
+//!
+//! How it is kept exact (the glue's horizon module holds the pieces; this module decides):
 //! - every ID is issued under the generator's lock, and future IDs are all greater than the
-//!   generator's position (`State::last_ms` and `State::last_seq`);
+//!   generator's position ([`crate::generator::State::last_ms`] and [`crate::generator::State::last_seq`]);
 //! - in the same critical section that issues an ID, the ID is recorded in the *holding slot* of
 //!   the transaction it was issued to, if the slot is empty (IDs increase, so the first one is the
 //!   transaction's smallest). A parallel worker records into its leader's slot: its IDs belong to

@@ -50,7 +50,7 @@ pub fn renewal(
 /// with field `mark - recorded` is above every ID of the current epoch whose field is below that.
 /// So the floor is that field, whatever the epoch is now. If the epoch moved later, the floor is
 /// then ahead of the clock by as much as the epoch moved, and the generator refuses (see
-/// `epoch_moved_later_error` in the glue's `api.rs`) rather than issue IDs below old ones.
+/// the glue's `epoch_moved_later_error`) rather than issue IDs below old ones.
 pub fn restored_floor(mark_unix_ms: i64, recorded_epoch_ms: Option<i64>, epoch_ms: i64) -> u64 {
     if mark_unix_ms <= 0 {
         return 0;
