@@ -1,7 +1,7 @@
 //! The documents keep their promises: the README's Quick start works as written, every recipe
 //! is run by a test, every link between the documents resolves (file and heading), every place
-//! a message of the code points at exists, and the reference lists every SQLSTATE the code
-//! raises.
+//! a message of the code points at exists, the reference lists every SQLSTATE the code raises,
+//! and its settings table says what the server defines.
 
 mod common;
 use common::{as_owner, bindir, doc_files, readme_recipe, Cluster};
