@@ -1,8 +1,9 @@
-//! Settings (GUCs) and start-up checks.
+//! Settings (GUCs) and start-up checks, driven by one table, `SETTINGS`.
 //!
 //! PostgreSQL only WARNs about a bad value of a placeholder setting that a preloaded library
 //! defines later, and then silently uses the default: a worker_id of 32 would quietly become 0 and
-//! collide with another server. So every value is checked here first, and a bad one stops the
+//! collide with another server. So every value is checked here first, with PostgreSQL's own
+//! parsers and unit flags (`'1.5min'` means what PostgreSQL means by it), and a bad one stops the
 //! server at start-up with PostgreSQL's own message for that mistake.
 
 use crate::core::layout::{Node, MAX_DATACENTER, MAX_TIMESTAMP, MAX_WORKER, TWITTER_EPOCH_MS};
@@ -11,6 +12,7 @@ use crate::errors;
 use pgrx::guc::{GucContext, GucFlags, GucRegistry, GucSetting};
 use pgrx::{pg_sys, PgLogLevel, PgSqlErrorCode};
 use std::ffi::{CStr, CString};
+use std::fmt::Display;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 
 pub const DEFAULT_EPOCH: &CStr = c"2010-11-04 01:42:54.657+00";
@@ -110,13 +112,300 @@ pub fn database() -> String {
         .unwrap_or_else(|| "postgres".into())
 }
 
+/// When a new value of a setting takes effect (the reference's settings table says "restart" and
+/// "reload"; `pg_settings.context` says postmaster and sighup).
+#[derive(Clone, Copy)]
+enum Context {
+    /// Read once, at start-up (`PGC_POSTMASTER`).
+    Restart,
+    /// Read again when the configuration is reloaded (`PGC_SIGHUP`).
+    Reload,
+}
+
+impl Context {
+    fn guc(self) -> GucContext {
+        match self {
+            Context::Restart => GucContext::Postmaster,
+            Context::Reload => GucContext::Sighup,
+        }
+    }
+}
+
+/// A setting's type, the variable PostgreSQL keeps its value in, and for a number its bounds,
+/// its unit (`GucFlags::UNIT_MS` or none) and what a value must be, in words, for the DETAIL of a
+/// bad one (`"snowflake.x" takes {takes}.`).
+enum Kind {
+    Int {
+        value: &'static GucSetting<i32>,
+        min: i32,
+        max: i32,
+        unit: GucFlags,
+        takes: &'static str,
+    },
+    Real {
+        value: &'static GucSetting<f64>,
+        min: f64,
+        max: f64,
+        unit: GucFlags,
+        takes: &'static str,
+    },
+    Bool {
+        value: &'static GucSetting<bool>,
+    },
+    /// Text that PostgreSQL takes as it is; `check` stops the server when it is unusable.
+    Text {
+        value: &'static GucSetting<Option<CString>>,
+        check: TextCheck,
+    },
+}
+
+/// The check of a text setting's value. A name rather than a function pointer: a pointer in the
+/// table would link the server's error reporting into the glue's unit tests, which run without a
+/// server.
+#[derive(Clone, Copy)]
+enum TextCheck {
+    /// Any text: the lease worker reports a database that does not exist.
+    Any,
+    /// `epoch_of`: from 1970 on, and its 41 bits not used up.
+    Epoch,
+}
+
+/// One setting, as it is defined, checked at start-up, and named in the typo check.
+struct Setting {
+    name: &'static CStr,
+    short: &'static CStr,
+    long: &'static CStr,
+    context: Context,
+    kind: Kind,
+}
+
+/// Every setting this library defines (the typo check's DETAIL names them in this order). Registration
+/// (`init_preloaded`), the start-up checks (`check`) and the typo check (`unknown_settings`)
+/// all read this table; tests/docs.rs checks the reference's settings table against what the
+/// server then shows in `pg_settings`.
+static SETTINGS: &[Setting] = &[
+    Setting {
+        name: c"snowflake.datacenter_id",
+        short: c"Datacenter ID (0..31) written into every snowflake ID this server generates.",
+        long: c"Together with snowflake.worker_id it must be unique among all servers that generate IDs for the same data.",
+        context: Context::Restart,
+        kind: Kind::Int {
+            value: &DATACENTER_ID,
+            min: 0,
+            max: MAX_DATACENTER as i32,
+            unit: GucFlags::empty(),
+            takes: "a whole number from 0 to 31",
+        },
+    },
+    Setting {
+        name: c"snowflake.worker_id",
+        short: c"Worker ID (0..31) written into every snowflake ID this server generates.",
+        long: c"Together with snowflake.datacenter_id it must be unique among all servers that generate IDs for the same data.",
+        context: Context::Restart,
+        kind: Kind::Int {
+            value: &WORKER_ID,
+            min: 0,
+            max: MAX_WORKER as i32,
+            unit: GucFlags::empty(),
+            takes: "a whole number from 0 to 31",
+        },
+    },
+    Setting {
+        name: c"snowflake.epoch",
+        short: c"Instant from which snowflake timestamps count milliseconds.",
+        long: c"A past UTC timestamp or milliseconds since 1970; the default is Twitter's epoch, 2010-11-04 01:42:54.657 UTC.",
+        context: Context::Restart,
+        kind: Kind::Text {
+            value: &EPOCH,
+            check: TextCheck::Epoch,
+        },
+    },
+    Setting {
+        name: c"snowflake.max_clock_drift",
+        short: c"How far the timestamps of issued snowflake IDs may run ahead of the wall clock.",
+        long: c"Covers clocks stepped backwards and bursts beyond 4096 IDs per millisecond; past it snowflake_nextval() raises an error. Up to the whole 41-bit range, for a clock that ran ahead and was corrected.",
+        context: Context::Reload,
+        kind: Kind::Real {
+            value: &MAX_CLOCK_DRIFT,
+            min: MIN_MAX_CLOCK_DRIFT_MS,
+            max: MAX_MAX_CLOCK_DRIFT_MS,
+            unit: GucFlags::UNIT_MS,
+            takes: "a time from 100 ms up to 25451 days, the whole range of a snowflake timestamp, such as '10s', '2d' or '400d' (ms without a unit)",
+        },
+    },
+    Setting {
+        name: c"snowflake.claim_expiry",
+        short: c"How long another server's claim on a datacenter and worker ID stays live without a refresh.",
+        long: c"Servers refresh their claim every 5 s; a claim older than this no longer stops snowflake_nextval().",
+        context: Context::Reload,
+        kind: Kind::Int {
+            value: &CLAIM_EXPIRY,
+            min: MIN_CLAIM_EXPIRY_MS,
+            max: MAX_CLAIM_EXPIRY_MS,
+            unit: GucFlags::UNIT_MS,
+            takes: "a time from 15 s to 1 day, such as '15s', '60s' or '1d' (ms without a unit)",
+        },
+    },
+    Setting {
+        name: c"snowflake.database",
+        short: c"Database in which snowflake keeps its persisted high-water mark.",
+        long: c"The lease worker connects to it and keeps the sequence _snowflake.lease_ms there; it must exist.",
+        context: Context::Restart,
+        kind: Kind::Text {
+            value: &DATABASE,
+            check: TextCheck::Any,
+        },
+    },
+    Setting {
+        name: c"snowflake.track_horizon",
+        short: c"Tracks the smallest snowflake ID of every open transaction, for snowflake_horizon().",
+        long: c"Costs one compare in snowflake_nextval() and one at the end of a transaction that took an ID; off makes snowflake_horizon() raise an error.",
+        context: Context::Restart,
+        kind: Kind::Bool {
+            value: &TRACK_HORIZON,
+        },
+    },
+];
+
+impl Setting {
+    fn name(&self) -> &'static str {
+        self.name.to_str().expect("setting names are ASCII")
+    }
+
+    /// Defines the setting: PostgreSQL then applies the value of its placeholder, which `check`
+    /// has accepted.
+    fn define(&'static self) {
+        let (name, short, long, context) = (self.name, self.short, self.long, self.context.guc());
+        match self.kind {
+            Kind::Int {
+                value,
+                min,
+                max,
+                unit,
+                ..
+            } => GucRegistry::define_int_guc(name, short, long, value, min, max, context, unit),
+            Kind::Real {
+                value,
+                min,
+                max,
+                unit,
+                ..
+            } => GucRegistry::define_float_guc(name, short, long, value, min, max, context, unit),
+            Kind::Bool { value } => {
+                GucRegistry::define_bool_guc(name, short, long, value, context, GucFlags::empty())
+            }
+            Kind::Text { value, .. } => {
+                GucRegistry::define_string_guc(name, short, long, value, context, GucFlags::empty())
+            }
+        }
+    }
+
+    /// Checks the value of the setting's placeholder, if anything set one, with PostgreSQL's own
+    /// parsers and unit flags, so that a value means what PostgreSQL means by it; a bad one stops
+    /// the server with the message PostgreSQL would only have logged as a WARNING.
+    fn check(&self) {
+        let Some(raw) = raw_setting(self.name) else {
+            return;
+        };
+        let text = raw.to_string_lossy();
+        match self.kind {
+            Kind::Int {
+                min,
+                max,
+                unit,
+                takes,
+                ..
+            } => {
+                let (mut v, mut hint) = (0, std::ptr::null());
+                // SAFETY: a NUL-terminated string and out-parameters of the right types;
+                // parse_int only reads the flags' unit bits and sets hint to a static string.
+                if !unsafe { pg_sys::parse_int(raw.as_ptr(), &mut v, unit.bits(), &mut hint) } {
+                    self.invalid(&text, takes, hint);
+                }
+                if !(min..=max).contains(&v) {
+                    self.out_of_range(v, (min, max, unit), takes);
+                }
+            }
+            Kind::Real {
+                min,
+                max,
+                unit,
+                takes,
+                ..
+            } => {
+                let (mut v, mut hint) = (0.0, std::ptr::null());
+                // SAFETY: as for parse_int; parse_real rejects NaN and an overflow.
+                if !unsafe { pg_sys::parse_real(raw.as_ptr(), &mut v, unit.bits(), &mut hint) } {
+                    self.invalid(&text, takes, hint);
+                }
+                if !(min..=max).contains(&v) {
+                    self.out_of_range(v, (min, max, unit), takes);
+                }
+            }
+            Kind::Bool { .. } => {
+                let mut v = false;
+                // SAFETY: a NUL-terminated string and a bool out-parameter.
+                if !unsafe { pg_sys::parse_bool(raw.as_ptr(), &mut v) } {
+                    fatal(
+                        PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+                        format!("parameter \"{}\" requires a Boolean value", self.name()),
+                        Some(format!("It is set to \"{text}\".")),
+                        Some("Use on or off in postgresql.conf (or postgresql.auto.conf) and start the server again."),
+                    );
+                }
+            }
+            Kind::Text { check, .. } => match check {
+                TextCheck::Any => {}
+                TextCheck::Epoch => {
+                    epoch_of(&text, PgLogLevel::FATAL);
+                }
+            },
+        }
+    }
+
+    /// PostgreSQL's message for a value its parser refuses, with the parser's HINT if it gave
+    /// one (the valid units, or "Value exceeds integer range.").
+    fn invalid(&self, text: &str, takes: &str, hint: *const std::ffi::c_char) -> ! {
+        // SAFETY: parse_int and parse_real leave hint null or point it at a static string.
+        let hint = (!hint.is_null()).then(|| unsafe { CStr::from_ptr(hint) }.to_string_lossy());
+        fatal(
+            PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+            format!(
+                "invalid value for parameter \"{}\": \"{text}\"",
+                self.name()
+            ),
+            Some(format!("\"{}\" takes {takes}.", self.name())),
+            hint.as_deref(),
+        )
+    }
+
+    /// PostgreSQL's message for a value outside the bounds, with the unit as PostgreSQL names it.
+    fn out_of_range<T: Display>(&self, v: T, (min, max, unit): (T, T, GucFlags), takes: &str) -> ! {
+        let u = match unit.bits() as u32 & pg_sys::GUC_UNIT {
+            0 => "",
+            pg_sys::GUC_UNIT_MS => " ms",
+            pg_sys::GUC_UNIT_S => " s",
+            pg_sys::GUC_UNIT_MIN => " min",
+            _ => unreachable!("snowflake's settings are in ms, s or min, or have no unit"),
+        };
+        let name = self.name();
+        fatal(
+            PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+            format!("{v}{u} is outside the valid range for parameter \"{name}\" ({min}{u} .. {max}{u})"),
+            Some(format!("\"{name}\" takes {takes}.")),
+            Some("Fix the setting in postgresql.conf (or postgresql.auto.conf) and start the server again."),
+        )
+    }
+}
+
 /// The raw text of a setting as PostgreSQL holds it (a placeholder before we define it).
-fn raw_setting(name: &CStr) -> Option<String> {
+fn raw_setting(name: &CStr) -> Option<CString> {
+    // SAFETY: a NUL-terminated name; the result, if any, is copied before anything else runs.
     let p = unsafe { pg_sys::GetConfigOption(name.as_ptr(), true, false) };
     if p.is_null() {
         None
     } else {
-        Some(unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned())
+        Some(unsafe { CStr::from_ptr(p) }.to_owned())
     }
 }
 
@@ -125,76 +414,10 @@ fn fatal(code: PgSqlErrorCode, message: String, detail: Option<String>, hint: Op
     unreachable!("FATAL does not return")
 }
 
-/// Parses an integer setting, in the unit it is declared with; `units` maps suffixes to factors.
-fn parse_int(text: &str, units: &[(&str, i64)]) -> Option<i64> {
-    let t = text.trim();
-    let split = t
-        .find(|c: char| !(c.is_ascii_digit() || c == '-' || c == '+'))
-        .unwrap_or(t.len());
-    let (num, unit) = (t[..split].trim(), t[split..].trim());
-    let n: i64 = num.parse().ok()?;
-    if unit.is_empty() {
-        return Some(n);
-    }
-    units
-        .iter()
-        .find(|(u, _)| *u == unit)
-        .and_then(|(_, f)| n.checked_mul(*f))
-}
-
-/// Parses a real setting ("1.5s", "400d", "2500"), in the unit it is declared with.
-fn parse_real(text: &str, units: &[(&str, i64)]) -> Option<f64> {
-    let t = text.trim();
-    let split = t
-        .find(|c: char| !(c.is_ascii_digit() || matches!(c, '-' | '+' | '.' | 'e' | 'E')))
-        .unwrap_or(t.len());
-    let (num, unit) = (t[..split].trim(), t[split..].trim());
-    let n: f64 = num.parse().ok().filter(|n: &f64| n.is_finite())?;
-    if unit.is_empty() {
-        return Some(n);
-    }
-    units
-        .iter()
-        .find(|(u, _)| *u == unit)
-        .map(|(_, f)| n * *f as f64)
-}
-
-fn check_real(name: &CStr, min: f64, max: f64, units: &[(&str, i64)]) {
-    let Some(text) = raw_setting(name) else {
-        return;
-    };
-    let pname = name.to_string_lossy();
-    match parse_real(&text, units) {
-        Some(v) if (min..=max).contains(&v) => {}
-        Some(v) => fatal(
-            PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
-            format!("{v} ms is outside the valid range for parameter \"{pname}\" ({min} ms .. {max} ms)"),
-            Some(format!("\"{pname}\" allows up to {} days, the whole range of a snowflake timestamp.", (max / 86_400_000.0).floor())),
-            Some("Fix the setting in postgresql.conf (or postgresql.auto.conf) and start the server again."),
-        ),
-        None => fatal(
-            PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
-            format!("invalid value for parameter \"{pname}\": \"{text}\""),
-            Some(format!("\"{pname}\" takes a time such as '10s', '2d' or '400d' (ms without a unit).")),
-            None,
-        ),
-    }
-}
-
-/// Every setting this library defines. Any other `snowflake.*` in the configuration is a typo,
-/// and a typo such as `snowflake.workerid = 7` would leave the server running as worker 0, the
-/// very way two servers come to share a pair: it stops the server at start-up.
-pub const SETTINGS: [&str; 7] = [
-    "snowflake.datacenter_id",
-    "snowflake.worker_id",
-    "snowflake.epoch",
-    "snowflake.max_clock_drift",
-    "snowflake.claim_expiry",
-    "snowflake.database",
-    "snowflake.track_horizon",
-];
-
 /// The settings under our prefix that we do not define, each with the one it most likely meant.
+/// Any other `snowflake.*` in the configuration is a typo, and a typo such as
+/// `snowflake.workerid = 7` would leave the server running as worker 0, the very way two servers
+/// come to share a pair: it stops the server at start-up.
 pub fn unknown_settings(names: &[String]) -> Vec<(String, Option<&'static str>)> {
     let squash = |s: &str| {
         s.to_ascii_lowercase()
@@ -205,9 +428,12 @@ pub fn unknown_settings(names: &[String]) -> Vec<(String, Option<&'static str>)>
     names
         .iter()
         .filter(|n| n.to_ascii_lowercase().starts_with("snowflake."))
-        .filter(|n| !SETTINGS.iter().any(|k| k.eq_ignore_ascii_case(n)))
+        .filter(|n| !SETTINGS.iter().any(|k| k.name().eq_ignore_ascii_case(n)))
         .map(|n| {
-            let meant = SETTINGS.iter().copied().find(|k| squash(k) == squash(n));
+            let meant = SETTINGS
+                .iter()
+                .map(Setting::name)
+                .find(|k| squash(k) == squash(n));
             (n.clone(), meant)
         })
         .collect()
@@ -269,10 +495,11 @@ fn warn_default_pair() {
 
 fn check_unknown_settings() {
     if let Some((name, meant)) = unknown_settings(&all_setting_names()).into_iter().next() {
+        let ours: Vec<&str> = SETTINGS.iter().map(Setting::name).collect();
         fatal(
             PgSqlErrorCode::ERRCODE_UNDEFINED_OBJECT,
             format!("unrecognized configuration parameter \"{name}\""),
-            Some(format!("snowflake defines only {}.", SETTINGS.join(", "))),
+            Some(format!("snowflake defines only {}.", ours.join(", "))),
             Some(&match meant {
                 Some(k) => format!("Did you mean \"{k}\"? Fix postgresql.conf (or postgresql.auto.conf) and start the server again."),
                 None => "Remove or correct it in postgresql.conf (or postgresql.auto.conf) and start the server again.".into(),
@@ -281,73 +508,15 @@ fn check_unknown_settings() {
     }
 }
 
-fn check_int(name: &CStr, min: i64, max: i64, units: &[(&str, i64)]) -> Option<i64> {
-    let text = raw_setting(name)?;
-    let pname = name.to_string_lossy();
-    match parse_int(&text, units) {
-        Some(v) if (min..=max).contains(&v) => Some(v),
-        Some(v) => fatal(
-            PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
-            format!("{v} is outside the valid range for parameter \"{pname}\" ({min} .. {max})"),
-            None,
-            Some("Fix the setting in postgresql.conf (or postgresql.auto.conf) and start the server again."),
-        ),
-        None => fatal(
-            PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
-            format!("invalid value for parameter \"{pname}\": \"{text}\""),
-            Some(format!("\"{pname}\" takes a whole number between {min} and {max}.")),
-            None,
-        ),
-    }
-}
-
-fn check_bool(name: &CStr) {
-    let Some(text) = raw_setting(name) else {
-        return;
-    };
-    let mut value = false;
-    let c = CString::new(text.clone()).unwrap_or_default();
-    if !unsafe { pg_sys::parse_bool(c.as_ptr(), &mut value) } {
-        let pname = name.to_string_lossy();
-        fatal(
-            PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
-            format!("parameter \"{pname}\" requires a Boolean value"),
-            Some(format!("It is set to \"{text}\".")),
-            Some("Use on or off in postgresql.conf (or postgresql.auto.conf) and start the server again."),
-        );
-    }
-}
-
-const TIME_UNITS: &[(&str, i64)] = &[
-    ("ms", 1),
-    ("s", 1000),
-    ("min", 60_000),
-    ("h", 3_600_000),
-    ("d", 86_400_000),
-];
-
-/// The epoch from the setting's text, checked: from 1970 on, and its 41 bits not yet used up.
-/// An epoch later than the clock is allowed (a machine without a hardware clock may boot at 1970
-/// before NTP sets it): `snowflake_nextval()` refuses until the clock passes it, and a preloaded
-/// library says so in the log at start-up.
-fn check_epoch(level: PgLogLevel) -> i64 {
-    let Some(text) = raw_setting(c"snowflake.epoch") else {
-        return TWITTER_EPOCH_MS;
-    };
+/// The epoch of a setting's text in Unix ms, checked: from 1970 on, and its 41 bits not yet used
+/// up; otherwise reported at `level` (FATAL at start-up, ERROR in a backend that loads the
+/// library without preload). An epoch later than the clock is allowed (a machine without a
+/// hardware clock may boot at 1970 before NTP sets it): `snowflake_nextval()` refuses until the
+/// clock passes it, and a preloaded library says so in the log at start-up.
+fn epoch_of(text: &str, level: PgLogLevel) -> i64 {
     let now = SystemClock.now_unix_ms();
-    let problem = match parse_epoch(&text).and_then(|ms| epoch_problem(ms, now).map(|_| ms)) {
-        Ok(ms) => {
-            if ms > now && level == PgLogLevel::FATAL {
-                errors::report(
-                    PgLogLevel::WARNING,
-                    PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
-                    format!("snowflake.epoch \"{}\" is later than the system clock", text.trim()),
-                    Some(format!("The clock reads {now} ms after 1970, the epoch is {ms}: snowflake_nextval() refuses until the clock passes the epoch.")),
-                    Some("If the clock is right, set snowflake.epoch to a past instant and restart."),
-                );
-            }
-            return ms;
-        }
+    let problem = match parse_epoch(text).and_then(|ms| epoch_problem(ms, now).map(|_| ms)) {
+        Ok(ms) => return ms,
         Err(why) => why,
     };
     errors::report(
@@ -380,94 +549,18 @@ pub fn epoch_problem(epoch_ms: i64, now_unix_ms: i64) -> Result<(), String> {
 /// Settings of a library loaded by one backend only (CREATE EXTENSION without preload): the pure
 /// functions still work with the configured epoch; the generator refuses with a clear error.
 pub fn init_unpreloaded() {
-    EPOCH_MS.store(check_epoch(PgLogLevel::ERROR), Ordering::Relaxed);
+    let epoch = raw_setting(c"snowflake.epoch").map_or(TWITTER_EPOCH_MS, |text| {
+        epoch_of(&text.to_string_lossy(), PgLogLevel::ERROR)
+    });
+    EPOCH_MS.store(epoch, Ordering::Relaxed);
 }
 
 /// Checks and defines every setting, in the postmaster while shared_preload_libraries is being
 /// processed. A bad value stops the server here, before anything else is set up.
 pub fn init_preloaded() {
-    let datacenter =
-        check_int(c"snowflake.datacenter_id", 0, MAX_DATACENTER.into(), &[]).unwrap_or(0);
-    let worker = check_int(c"snowflake.worker_id", 0, MAX_WORKER.into(), &[]).unwrap_or(0);
+    SETTINGS.iter().for_each(Setting::check);
     check_unknown_settings();
-    check_real(
-        c"snowflake.max_clock_drift",
-        MIN_MAX_CLOCK_DRIFT_MS,
-        MAX_MAX_CLOCK_DRIFT_MS,
-        TIME_UNITS,
-    );
-    check_int(
-        c"snowflake.claim_expiry",
-        MIN_CLAIM_EXPIRY_MS.into(),
-        MAX_CLAIM_EXPIRY_MS.into(),
-        TIME_UNITS,
-    );
-    check_bool(c"snowflake.track_horizon");
-    let epoch = check_epoch(PgLogLevel::FATAL);
-    GucRegistry::define_int_guc(
-        c"snowflake.datacenter_id",
-        c"Datacenter ID (0..31) written into every snowflake ID this server generates.",
-        c"Together with snowflake.worker_id it must be unique among all servers that generate IDs for the same data.",
-        &DATACENTER_ID,
-        0,
-        MAX_DATACENTER as i32,
-        GucContext::Postmaster,
-        GucFlags::default(),
-    );
-    GucRegistry::define_int_guc(
-        c"snowflake.worker_id",
-        c"Worker ID (0..31) written into every snowflake ID this server generates.",
-        c"Together with snowflake.datacenter_id it must be unique among all servers that generate IDs for the same data.",
-        &WORKER_ID,
-        0,
-        MAX_WORKER as i32,
-        GucContext::Postmaster,
-        GucFlags::default(),
-    );
-    GucRegistry::define_string_guc(
-        c"snowflake.epoch",
-        c"Instant from which snowflake timestamps count milliseconds.",
-        c"A past UTC timestamp or milliseconds since 1970; the default is Twitter's epoch, 2010-11-04 01:42:54.657 UTC.",
-        &EPOCH,
-        GucContext::Postmaster,
-        GucFlags::default(),
-    );
-    GucRegistry::define_float_guc(
-        c"snowflake.max_clock_drift",
-        c"How far the timestamps of issued snowflake IDs may run ahead of the wall clock.",
-        c"Covers clocks stepped backwards and bursts beyond 4096 IDs per millisecond; past it snowflake_nextval() raises an error. Up to the whole 41-bit range, for a clock that ran ahead and was corrected.",
-        &MAX_CLOCK_DRIFT,
-        MIN_MAX_CLOCK_DRIFT_MS,
-        MAX_MAX_CLOCK_DRIFT_MS,
-        GucContext::Sighup,
-        GucFlags::UNIT_MS,
-    );
-    GucRegistry::define_int_guc(
-        c"snowflake.claim_expiry",
-        c"How long another server's claim on a datacenter and worker ID stays live without a refresh.",
-        c"Servers refresh their claim every 5 s; a claim older than this no longer stops snowflake_nextval().",
-        &CLAIM_EXPIRY,
-        MIN_CLAIM_EXPIRY_MS,
-        MAX_CLAIM_EXPIRY_MS,
-        GucContext::Sighup,
-        GucFlags::UNIT_MS,
-    );
-    GucRegistry::define_string_guc(
-        c"snowflake.database",
-        c"Database in which snowflake keeps its persisted high-water mark.",
-        c"The lease worker connects to it and keeps the sequence _snowflake.lease_ms there; it must exist.",
-        &DATABASE,
-        GucContext::Postmaster,
-        GucFlags::default(),
-    );
-    GucRegistry::define_bool_guc(
-        c"snowflake.track_horizon",
-        c"Tracks the smallest snowflake ID of every open transaction, for snowflake_horizon().",
-        c"Costs one compare in snowflake_nextval() and one at the end of a transaction that took an ID; off makes snowflake_horizon() raise an error.",
-        &TRACK_HORIZON,
-        GucContext::Postmaster,
-        GucFlags::default(),
-    );
+    SETTINGS.iter().for_each(Setting::define);
     // Any other snowflake.* name is a typo: 15 renamed the call that says so and made it
     // remove the placeholder as well.
     #[cfg(feature = "pg14")]
@@ -484,10 +577,27 @@ pub fn init_preloaded() {
     if !pair_set {
         warn_default_pair();
     }
+    let epoch_text = EPOCH
+        .get()
+        .unwrap_or_else(|| DEFAULT_EPOCH.to_owned())
+        .to_string_lossy()
+        .into_owned();
+    let epoch = epoch_of(&epoch_text, PgLogLevel::FATAL);
+    let now = SystemClock.now_unix_ms();
+    if epoch > now {
+        errors::report(
+            PgLogLevel::WARNING,
+            PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+            format!("snowflake.epoch \"{}\" is later than the system clock", epoch_text.trim()),
+            Some(format!("The clock reads {now} ms after 1970, the epoch is {epoch}: snowflake_nextval() refuses until the clock passes the epoch.")),
+            Some("If the clock is right, set snowflake.epoch to a past instant and restart."),
+        );
+    }
 
     EPOCH_MS.store(epoch, Ordering::Relaxed);
     PAIR_SET.store(pair_set, Ordering::Relaxed);
-    let node = Node::new(datacenter, worker).expect("checked above");
+    let node = Node::new(DATACENTER_ID.get().into(), WORKER_ID.get().into())
+        .expect("PostgreSQL keeps the pair within the bounds defined above");
     NODE_BITS.store(node.bits(), Ordering::Relaxed);
     PRELOADED.store(true, Ordering::Relaxed);
 }
@@ -519,23 +629,28 @@ mod tests {
     use super::*;
 
     #[test]
-    fn int_settings_parse_with_units() {
-        assert_eq!(parse_int("31", &[]), Some(31));
-        assert_eq!(parse_int(" 7 ", &[]), Some(7));
-        assert_eq!(parse_int("-1", &[]), Some(-1));
-        assert_eq!(parse_int("abc", &[]), None);
-        assert_eq!(parse_int("60s", TIME_UNITS), Some(60_000));
-        assert_eq!(parse_int("2 min", TIME_UNITS), Some(120_000));
-        assert_eq!(parse_int("1500", TIME_UNITS), Some(1500));
-        assert_eq!(parse_int("5 parsecs", TIME_UNITS), None);
-        assert_eq!(parse_real("400d", TIME_UNITS), Some(34_560_000_000.0));
-        assert_eq!(parse_real("1.5s", TIME_UNITS), Some(1500.0));
-        assert_eq!(parse_real("2500", TIME_UNITS), Some(2500.0));
-        assert_eq!(parse_real("1e3 ms", TIME_UNITS), Some(1000.0));
-        assert_eq!(parse_real("soon", TIME_UNITS), None);
-        assert_eq!(parse_real("nan", TIME_UNITS), None);
-        // Parses, to infinity: refused rather than taken as "no limit".
-        assert_eq!(parse_real("1e999", TIME_UNITS), None);
+    fn every_setting_is_ours_once_and_its_default_within_its_bounds() {
+        let names: Vec<&str> = SETTINGS.iter().map(Setting::name).collect();
+        for (i, n) in names.iter().enumerate() {
+            assert!(
+                n.starts_with("snowflake.") && *n == n.to_ascii_lowercase(),
+                "{n}"
+            );
+            assert!(!names[..i].contains(n), "{n} twice");
+        }
+        for s in SETTINGS {
+            // SAFETY: plain reads of the statics' boot values; no server is involved.
+            let within = match s.kind {
+                Kind::Int {
+                    value, min, max, ..
+                } => (min..=max).contains(&unsafe { value.as_ptr().read() }),
+                Kind::Real {
+                    value, min, max, ..
+                } => (min..=max).contains(&unsafe { value.as_ptr().read() }),
+                Kind::Bool { .. } | Kind::Text { .. } => true,
+            };
+            assert!(within, "{}'s default", s.name());
+        }
     }
 
     #[test]

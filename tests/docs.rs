@@ -1,7 +1,7 @@
 //! The documents keep their promises: the README's Quick start works as written, every recipe
 //! is run by a test, every link between the documents resolves (file and heading), every place
-//! a message of the code points at exists, and the reference lists every SQLSTATE the code
-//! raises.
+//! a message of the code points at exists, the reference lists every SQLSTATE the code raises,
+//! and its settings table says what the server defines.
 
 mod common;
 use common::{as_owner, bindir, doc_files, readme_recipe, Cluster};
@@ -414,4 +414,115 @@ fn the_json_example_sends_ids_as_strings() {
     assert_eq!(lines.len(), 2, "{out}");
     assert!(lines[0].contains(&format!("\"id\" : \"{id}\"")), "{out}");
     assert!(lines[1].contains(&format!("\"id\": \"{id}\"")), "{out}");
+}
+
+/// The rows of the reference's settings table: setting, type and range, default, context (each
+/// cell without its backticks).
+fn reference_settings() -> Vec<Vec<String>> {
+    let text = fs::read_to_string(root().join("docs/reference.md")).unwrap();
+    let table = text
+        .split_once("\n## Settings\n")
+        .expect("docs/reference.md has a ## Settings section")
+        .1;
+    table
+        .lines()
+        .skip_while(|l| !l.starts_with('|'))
+        .take_while(|l| l.starts_with('|'))
+        .skip(2)
+        .map(|l| {
+            l.trim_matches('|')
+                .split('|')
+                .take(4)
+                .map(|cell| cell.trim().trim_matches('`').to_string())
+                .collect()
+        })
+        .collect()
+}
+
+/// The reference's settings table says what the server defines: the same names, and for each its
+/// default, its bounds where the table writes them as `min..max`, and when a change takes effect
+/// (postmaster: "restart", sighup: "reload"), as `pg_settings` shows them. A time is compared
+/// as PostgreSQL reads it, in the setting's unit.
+#[test]
+fn the_reference_lists_the_settings_the_server_defines() {
+    let mut c = Cluster::new("settings-table", "");
+    c.start();
+    let server: HashMap<String, Vec<String>> = c
+        .sql("SELECT name, boot_val, coalesce(unit, ''), context, coalesce(min_val, ''), coalesce(max_val, '') FROM pg_settings WHERE name LIKE 'snowflake.%'")
+        .lines()
+        .map(|l| {
+            let f: Vec<String> = l.split('|').map(String::from).collect();
+            (f[0].clone(), f[1..].to_vec())
+        })
+        .collect();
+    // A value of the table in the setting's unit, read by the server ("10s" in ms is 10000).
+    let in_unit = |value: &str, unit: &str| -> f64 {
+        match unit {
+            "" => value.parse().unwrap_or(f64::NAN),
+            "ms" => c
+                .sql(&format!(
+                    "SELECT extract(epoch FROM interval '{value}') * 1000"
+                ))
+                .parse()
+                .unwrap(),
+            other => panic!("no conversion to {other} here"),
+        }
+    };
+    let docs = reference_settings();
+    let mut wrong = Vec::new();
+    for row in &docs {
+        let (name, range, default, context) = (&row[0], &row[1], &row[2], &row[3]);
+        let Some(s) = server.get(name) else {
+            wrong.push(format!(
+                "{name}: in the reference, not defined by the server"
+            ));
+            continue;
+        };
+        let (boot, unit, pg_context, min, max) = (&s[0], &s[1], &s[2], &s[3], &s[4]);
+        let same = |doc: &str, pg: &str| {
+            doc == pg || (!min.is_empty() && in_unit(doc, unit) == pg.parse::<f64>().unwrap())
+        };
+        if !same(default, boot) {
+            wrong.push(format!(
+                "{name}: default {default} in the reference, {boot} {unit} on the server"
+            ));
+        }
+        let restart_or_reload = match pg_context.as_str() {
+            "postmaster" => "restart",
+            "sighup" => "reload",
+            other => other,
+        };
+        if context != restart_or_reload {
+            wrong.push(format!(
+                "{name}: context {context} in the reference, {pg_context} on the server"
+            ));
+        }
+        // "integer 0..31", "time, 15s..1d (ms if no unit)": the bounds.
+        if let Some((lo, hi)) = range
+            .split_whitespace()
+            .find_map(|w| w.trim_end_matches(',').split_once(".."))
+        {
+            if !same(lo, min) || !same(hi, max) {
+                wrong.push(format!(
+                    "{name}: range {lo}..{hi} in the reference, {min}..{max} {unit} on the server"
+                ));
+            }
+        }
+    }
+    for name in server.keys() {
+        if !docs.iter().any(|row| &row[0] == name) {
+            wrong.push(format!(
+                "{name}: defined by the server, missing from the reference"
+            ));
+        }
+    }
+    assert!(
+        docs.len() >= 7,
+        "the settings table was not found: {docs:?}"
+    );
+    assert!(
+        wrong.is_empty(),
+        "docs/reference.md's settings table and pg_settings disagree:\n{}",
+        wrong.join("\n")
+    );
 }

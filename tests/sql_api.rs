@@ -242,6 +242,66 @@ fn bad_settings_stop_the_server_at_start() {
         "snowflake.max_clock_drift = '0'",
         "outside the valid range for parameter \"snowflake.max_clock_drift\"",
     );
+    // An integer in ms: the bounds in its unit, as PostgreSQL writes them.
+    refuses_to_start(
+        "snowflake.claim_expiry = '1s'",
+        "1000 ms is outside the valid range for parameter \"snowflake.claim_expiry\" (15000 ms .. 86400000 ms)",
+    );
+}
+
+/// The settings are parsed by PostgreSQL's own parsers with their unit flags, so a value means
+/// what PostgreSQL means by it: a fraction of any of its time units (an integer setting rounds
+/// it), a hexadecimal integer; and a unit PostgreSQL does not know stops the server with
+/// PostgreSQL's message and its HINT.
+#[test]
+fn settings_are_parsed_as_postgresql_parses_them() {
+    let settings = "SELECT string_agg(name || '=' || setting || coalesce(' ' || unit, ''), ', ' ORDER BY name) FROM pg_settings WHERE name IN ('snowflake.max_clock_drift', 'snowflake.claim_expiry', 'snowflake.worker_id')";
+    let mut c = Cluster::new(
+        "units",
+        "snowflake.max_clock_drift = '1.5min'\nsnowflake.claim_expiry = '1.5min'\nsnowflake.worker_id = '0x1F'",
+    );
+    c.start();
+    assert_eq!(
+        c.sql(settings),
+        "snowflake.claim_expiry=90000 ms, snowflake.max_clock_drift=90000 ms, snowflake.worker_id=31"
+    );
+    assert_eq!(c.sql("SHOW snowflake.claim_expiry"), "90s");
+    c.sql("CREATE EXTENSION snowflake");
+    assert_eq!(
+        c.sql("SELECT max_clock_drift_ms, worker_id FROM snowflake_node()"),
+        "90000|31"
+    );
+    // What PostgreSQL itself says of a unit it does not know, for a setting in ms of its own.
+    let own = c.sql_err("SET statement_timeout = '5 parsecs'");
+    assert_eq!(own.sqlstate, "22023", "{}", own.raw);
+    assert!(
+        own.hint.starts_with("Valid units for this parameter are"),
+        "{}",
+        own.raw
+    );
+
+    // An integer setting in ms rounds a fraction of a unit to the nearest ms: 20000.6 ms.
+    c.stop("fast");
+    c.conf("snowflake.claim_expiry = '20.0006s'");
+    c.start();
+    assert_eq!(c.sql("SHOW snowflake.claim_expiry"), "20001ms");
+
+    c.stop("fast");
+    for (setting, value) in [
+        ("max_clock_drift", "5 parsecs"),
+        ("claim_expiry", "1.5 fortnights"),
+    ] {
+        c.conf(&format!("snowflake.{setting} = '{value}'"));
+        let log = c.try_start().expect_err("the server must refuse to start");
+        let message =
+            format!("FATAL:  invalid value for parameter \"snowflake.{setting}\": \"{value}\"");
+        let hint = format!("HINT:  {}", own.hint);
+        assert!(
+            log.contains(&message) && log.contains(&hint),
+            "expected {message:?} and {hint:?} in:\n{log}"
+        );
+        c.conf(&format!("snowflake.{setting} = '10s'"));
+    }
 }
 
 #[test]
