@@ -30,19 +30,42 @@ def load():
 def table(header, rows, align=None):
     align = align or ["---"] + ["---:"] * (len(header) - 1)
     return "\n".join(["| " + " | ".join(header) + " |", "|" + "|".join(align) + "|"] +
-                     ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]) + "\n"
+                      ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]) + "\n"
+
+
+def get(r, *path):
+    """r[path[0]][path[1]]..., or None where a run lacks the part or the key (an older run, a
+    major without it)."""
+    for key in path:
+        if not isinstance(r, dict) or key not in r or r[key] is None:
+            return None
+        r = r[key]
+    return r
 
 
 def sig(s, digits=1):
     """A per-call figure: median (min–max), or why there is none."""
+    if s is None:
+        return "—"
     if not s["resolved"]:
         return f"noise (±{s['floor_spread']:.{digits}f})"
     return f"{s['median']:.{digits}f} ({s['min']:.{digits}f}–{s['max']:.{digits}f})"
 
 
-def span(values, fmt=".2f"):
+def spread(s, fmt):
+    return "—" if s is None else f"{s['median']:{fmt}} ({s['min']:{fmt}}–{s['max']:{fmt}})"
+
+
+def num(v, fmt):
+    return "—" if v is None else f"{v:{fmt}}"
+
+
+def median_span(values, fmt=".2f"):
+    if not values:
+        return "—"
     values = sorted(values)
-    mid = values[len(values) // 2] if len(values) % 2 else (values[len(values) // 2 - 1] + values[len(values) // 2]) / 2
+    n = len(values)
+    mid = values[n // 2] if n % 2 else (values[n // 2 - 1] + values[n // 2]) / 2
     return f"{mid:{fmt}} ({values[0]:{fmt}}–{values[-1]:{fmt}})"
 
 
@@ -50,36 +73,46 @@ def majors_header(runs, first):
     return [first] + [str(m) for m in runs]
 
 
+PARAMETERS = [("calls", "calls per loop (part 1 and 7)"), ("rounds", "rounds (part 1)"),
+              ("conc_batch", "rows per pgbench transaction (part 1b)"), ("conc_duration_s", "seconds per run (1b)"),
+              ("conc_rounds", "rounds (1b)"), ("clients", "pgbench clients (part 2)"),
+              ("pgbench_duration_s", "seconds per pgbench run (parts 2, 6 and 7)"),
+              ("pgbench_rounds", "rounds (parts 2 and 6)"), ("vg_calls", "rows N of the N and 3N callgrind loops (4, 7)"),
+              ("scale_shared_buffers_mb", "shared_buffers in MB (part 5)"),
+              ("scale_factor", "index size to reach, times shared_buffers (5)"), ("scale_step_rows", "rows per step (5)"),
+              ("scale_clients", "pgbench clients (5)"), ("scale_batch", "rows per INSERT (5)"),
+              ("citus_clients", "pgbench clients in all (part 6)"), ("horizon_rounds", "rounds (part 7)")]
+
+
 def runs_block(runs):
-    lines = "".join(f"- {m}: `bench/results/pg{m}.md` ({r['date']}, commit `{r['commit']}`)\n" for m, r in runs.items())
-    params = {json.dumps(r["parameters"], sort_keys=True) for r in runs.values()}
-    if len(params) == 1:
-        p = next(iter(runs.values()))["parameters"]
-        return lines + "\nParameters of every run: " + ", ".join(f"{k} = {json.dumps(v)}" for k, v in p.items()) + ".\n"
-    return lines + "".join(f"\nParameters of the {m} run: " + ", ".join(
-        f"{k} = {json.dumps(v)}" for k, v in r["parameters"].items()) + ".\n" for m, r in runs.items())
+    out = "".join(f"- {m}: [`bench/results/pg{m}.md`](../bench/results/pg{m}.md), {r['date']}, commit `{r['commit']}`; "
+                  f"{r['machine']}\n" for m, r in runs.items())
+    rows = [[label] + ["—" if get(r, "parameters", key) is None else
+                       (", ".join(str(c) for c in r["parameters"][key]) if isinstance(r["parameters"][key], list)
+                        else f"{r['parameters'][key]:,}" if isinstance(r["parameters"][key], int)
+                        else f"{r['parameters'][key]:g}") for r in runs.values()] for key, label in PARAMETERS]
+    return out + "\n" + table(majors_header(runs, "parameter"), rows)
+
+
+def threshold(v):
+    return (f"{v['threshold'][0]:g} to {v['threshold'][1]:g}" if v["how"] == "within"
+            else f"{v['how']} {v['threshold']:.3g}")
 
 
 def verdicts_block(runs):
-    ids = []
-    for r in runs.values():
+    stated = {}
+    for m, r in runs.items():
         for v in r["verdicts"]:
-            if v["id"] not in [i for i, _ in ids]:
-                ids.append((v["id"], v["text"]))
+            if v["id"] in stated and stated[v["id"]] != (v["text"], threshold(v)):
+                raise SystemExit(f"render.py: hypothesis {v['id']} differs between the runs (pg{m}): re-run them all")
+            stated[v["id"]] = (v["text"], threshold(v))
     rows = []
-    for hid, text in ids:
-        row = [hid, text]
+    for hid, (text, thr) in stated.items():
+        row = [hid, text, thr]
         for r in runs.values():
             v = next((v for v in r["verdicts"] if v["id"] == hid), None)
-            if v is None or v["value"] is None:
-                row.append("—")
-            else:
-                row.append(f"{v['verdict']} ({v['value']:.2f})")
+            row.append("—" if v is None or v["value"] is None else f"{v['verdict']} ({v['value']:.3g})")
         rows.append(row)
-    first = next(iter(runs.values()))
-    thresholds = {v["id"]: (f"{v['threshold'][0]:g} to {v['threshold'][1]:g}" if v["how"] == "within"
-                            else f"{v['how']} {v['threshold']:.3g}") for v in first["verdicts"]}
-    rows = [[r[0], r[1], thresholds.get(r[0], "")] + r[2:] for r in rows]
     return table(["", "hypothesis", "threshold"] + [str(m) for m in runs], rows,
                  ["---", "---", "---:"] + ["---"] * len(runs))
 
@@ -90,37 +123,32 @@ FUNC_LABELS = [("snowflake_nextval()", "`snowflake_nextval()`"), ("nextval CACHE
 
 
 def per_call_block(runs):
-    rows = []
-    for key, label in FUNC_LABELS:
-        rows.append([label] + [sig(r["calls"][key]) if key in r["calls"] else "—" for r in runs.values()])
-    rows.append(["floor: `count(*)` per row"] + [
-        f"{r['calls']['count(*)']['median']:.1f} ({r['calls']['count(*)']['min']:.1f}–{r['calls']['count(*)']['max']:.1f})"
-        for r in runs.values()])
+    rows = [[label] + [sig(get(r, "calls", key)) for r in runs.values()] for key, label in FUNC_LABELS]
+    rows.append(["floor: `count(*)`, ns per row"] + [spread(get(r, "calls", "count(*)"), ".1f") for r in runs.values()])
     return table(majors_header(runs, "ns per call, median (min–max)"), rows)
 
 
 def instructions_block(runs):
-    rows = [[label] + [f"{r['instructions']['per_call'][key]:.0f}" if key in r["instructions"]["per_call"] else "—"
-                       for r in runs.values()] for key, label in FUNC_LABELS]
+    rows = [[label] + [num(get(r, "instructions", "per_call", key), ".0f") for r in runs.values()]
+            for key, label in FUNC_LABELS]
     return table(majors_header(runs, "instructions per call"), rows)
 
 
+def fraction(r, key):
+    sf, other = get(r, "calls", "snowflake_nextval()"), get(r, "calls", key)
+    t = (f"{sf['median'] / other['median']:.2f}" if sf and other and sf["resolved"] and other["resolved"]
+         else "—" if other is None else "noise")
+    a, b = get(r, "instructions", "per_call", "snowflake_nextval()"), get(r, "instructions", "per_call", key)
+    i = f"{a / b:.2f}" if a is not None and b else "—"
+    return f"{t} / {i}"
+
+
 def fractions_block(runs):
-    rows = []
-    for key, label in FUNC_LABELS[1:]:
-        row = [label]
-        for r in runs.values():
-            c, ins = r["calls"], r["instructions"]["per_call"]
-            if key not in c:
-                row.append("—")
-                continue
-            t = f"{c['snowflake_nextval()']['median'] / c[key]['median']:.2f}" if c[key]["resolved"] else "noise"
-            row.append(f"{t} / {ins['snowflake_nextval()'] / ins[key]:.2f}")
-        rows.append(row)
+    rows = [[label] + [fraction(r, key) for r in runs.values()] for key, label in FUNC_LABELS[1:]]
     return table(majors_header(runs, "`snowflake_nextval()` as a fraction of (time / instructions)"), rows)
 
 
-BREAKDOWN = [("snowflake_nextval_wrapper", "the V1 function with the generator policy inlined"),
+BREAKDOWN = [("snowflake_nextval_wrapper", "the V1 function, with what the compiler inlined into it"),
              ("State::next", "the generator policy, where not inlined"),
              ("LWLockAcquire", "PostgreSQL's LWLock, acquire"), ("LWLockRelease", "PostgreSQL's LWLock, release"),
              ("clock_gettime", "the clock read (libc; the vDSO part is not counted)")]
@@ -129,8 +157,7 @@ BREAKDOWN = [("snowflake_nextval_wrapper", "the V1 function with the generator p
 def breakdown_block(runs):
     rows = []
     for key, what in BREAKDOWN:
-        cells = [f"{r['instructions']['breakdown'][key]:.0f}" if key in r["instructions"]["breakdown"] else "—"
-                 for r in runs.values()]
+        cells = [num(get(r, "instructions", "breakdown", key), ".0f") for r in runs.values()]
         if any(c != "—" for c in cells):
             rows.append([f"`{key}`: {what}"] + cells)
     return table(majors_header(runs, "self instructions per call"), rows)
@@ -141,24 +168,38 @@ def concurrency_block(runs):
     for key, label in (("snowflake_nextval()", "`snowflake_nextval()`"), ("nextval CACHE 1", "`nextval()`, CACHE 1")):
         for b in (1, 2):
             rows.append([f"{label}, {b} backend{'s' if b > 1 else ''}: ns per call and backend"] +
-                        [sig(r["concurrency"][f"{key}|{b}"]["per_call"]) for r in runs.values()])
+                        [sig(get(r, "concurrency", f"{key}|{b}", "per_call")) for r in runs.values()])
         for b in (1, 2):
-            rows.append([f"{label}, {b} backend{'s' if b > 1 else ''}: million calls per second, all backends"] +
-                        [f"{r['concurrency'][f'{key}|{b}']['calls_per_s']['median'] / 1e6:.1f} "
-                         f"({r['concurrency'][f'{key}|{b}']['calls_per_s']['min'] / 1e6:.1f}–"
-                         f"{r['concurrency'][f'{key}|{b}']['calls_per_s']['max'] / 1e6:.1f})" for r in runs.values()])
+            cells = []
+            for r in runs.values():
+                c = get(r, "concurrency", f"{key}|{b}", "calls_per_s")
+                cells.append("—" if c is None else
+                             f"{c['median'] / 1e6:.2f} ({c['min'] / 1e6:.2f}–{c['max'] / 1e6:.2f})")
+            rows.append([f"{label}, {b} backend{'s' if b > 1 else ''}: million calls per second, all backends"] + cells)
     return table(majors_header(runs, "median (min–max) over the rounds"), rows)
 
 
 def pgbench_block(runs):
     rows = []
-    for kind, label in (("snowflake", "snowflake"), ("identity", "identity"), ("uuid", "UUID v4"), ("uuidv7", "UUIDv7")):
-        row = [label]
-        for r in runs.values():
-            cells = r["pgbench"]["cells"]
-            row.append(span([c[kind] / c["bigserial"] for c in cells]) if kind in cells[0] else "—")
-        rows.append(row)
-    return table(majors_header(runs, "TPS as a fraction of bigserial's: median (min–max) over the cells"), rows)
+    for sync in ("off", "on"):
+        for kind, label in (("snowflake", "snowflake"), ("identity", "identity"), ("uuid", "UUID v4"),
+                            ("uuidv7", "UUIDv7")):
+            row = [f"{label}, `synchronous_commit = {sync}`"]
+            for r in runs.values():
+                cells = [c for c in get(r, "pgbench", "cells") or [] if c["sync"] == sync and kind in c]
+                row.append(median_span([c[kind] / c["bigserial"] for c in cells if c["bigserial"] > 0]))
+            rows.append(row)
+    return table(majors_header(runs, "TPS as a fraction of bigserial's: median (min–max) over the client counts"), rows)
+
+
+def sizes_block(runs):
+    rows = []
+    for kind, label in (("snowflake", "snowflake"), ("bigserial", "bigserial"), ("identity", "identity"),
+                        ("uuid", "UUID v4"), ("uuidv7", "UUIDv7")):
+        rows.append([label] + [("—" if get(r, "sizes", kind) is None else
+                                f"{r['sizes'][kind]['table_mib']:.1f} / {r['sizes'][kind]['index_mib']:.1f}")
+                               for r in runs.values()])
+    return table(majors_header(runs, "after 1,000,000 rows: table / primary-key index, MiB"), rows)
 
 
 SCALE_KINDS = [("snowflake", "snowflake"), ("bigserial", "bigserial"), ("uuid", "UUID v4"), ("uuidv7", "UUIDv7")]
@@ -168,35 +209,35 @@ def scale_block(runs, profile):
     rows = []
     for kind, label in SCALE_KINDS:
         for m, r in runs.items():
-            series = r["scale"][profile]
-            if kind not in series:
+            points = get(r, "scale", profile, kind)
+            if not points:
                 continue
-            p = series[kind][-1]
+            p = points[-1]
             rows.append([label, m, f"{p['rows']:,}", f"{p['rows_per_s']:,.0f}", f"{p['wal_per_row']:.0f}",
-                         f"{p['fpi_per_1000']:.1f}", sum(q["checkpoints"] for q in series[kind]),
+                         f"{p['fpi_per_1000']:.1f}",
+                         f"{sum(q['checkpoints_timed'] for q in points)} + "
+                         f"{sum(q['checkpoints_requested'] for q in points)}",
                          f"{p['index_mib']:.1f} MiB", f"{p['hit_ratio']:.3f}"])
-    return table(["key", "major", "rows", "rows/s", "WAL bytes/row", "FPI per 1000 rows", "checkpoints", "PK index",
-                  "hit ratio"], rows, ["---", "---"] + ["---:"] * 7)
+    return table(["key", "major", "rows", "rows/s", "WAL bytes/row", "FPI per 1000 rows",
+                  "checkpoints, timed + requested", "PK index", "hit ratio"], rows, ["---", "---"] + ["---:"] * 7)
 
 
 def scale_ratios_block(runs):
     rows = []
     for profile in ("defaults", "busy"):
-        for metric, label in (("rows_per_s", "rows per second"), ("wal_per_row", "WAL bytes per row")):
-            row = [f"{profile}: snowflake's {label} over UUID v4's"]
-            for r in runs.values():
-                s = r["scale"][profile]
-                row.append(f"{s['snowflake'][-1][metric] / s['uuid'][-1][metric]:.2f}")
-            rows.append(row)
-    return table(majors_header(runs, "final step"), rows)
+        for kind, label in (("uuid", "UUID v4"), ("uuidv7", "UUIDv7")):
+            for metric, what in (("wal_per_row", "WAL bytes per row"), ("rows_per_s", "rows per second")):
+                cells = [num(get(r, "scale_compare", profile, kind, metric), ".2f") for r in runs.values()]
+                if any(c != "—" for c in cells):
+                    rows.append([f"{profile}: snowflake's {what} over {label}'s"] + cells)
+    return table(majors_header(runs, f"over the steps where the other key's index exceeds shared_buffers"), rows)
 
 
 def citus_block(runs):
     citus = {m: r["citus"] for m, r in runs.items() if r.get("citus")}
     if not citus:
         return "No run had Citus.\n"
-    header = ["route"]
-    keys = []
+    header, keys = ["route"], []
     for m, c in citus.items():
         for kind in ("snowflake", "bigserial", "uuidv7"):
             if f"coordinator|{kind}" in c:
@@ -207,21 +248,22 @@ def citus_block(runs):
         row = [f"through {'the coordinator' if route == 'coordinator' else 'every node'}"]
         for m, kind in keys:
             v, base = citus[m][f"{route}|{kind}"], citus[m][f"{route}|bigserial"]
-            row.append(f"{v:.0f}" if kind == "bigserial" else f"{v:.0f} ({v / base:.2f})")
+            row.append(f"{v:.0f}" if kind == "bigserial" or not base else f"{v:.0f} ({v / base:.2f})")
         rows.append(row)
     return table(header, rows)
 
 
 def horizon_block(runs):
-    def three(v, fmt):
-        return " / ".join(f"{v[k]['median']:{fmt}}" for k in ("on", "off", "seq"))
-    rows = [["`snowflake_nextval()`, instructions per call"] +
-            [" / ".join(f"{r['horizon']['instructions'][k]:.0f}" for k in ("on", "off", "seq")) for r in runs.values()],
-            ["`snowflake_nextval()`, ns per call (median)"] + [three(r["horizon"]["ns"], ".1f") for r in runs.values()],
-            ["INSERT transactions per second (median; 1 client, `synchronous_commit = off`)"] +
-            [three(r["horizon"]["tps"], ".0f") for r in runs.values()],
-            ["`snowflake_horizon()`, µs per call"] + [f"{r['horizon']['horizon_us']:.1f}" for r in runs.values()]]
-    return table(majors_header(runs, "on / off / sequence"), rows)
+    rows = []
+    for k, label in (("on", "on"), ("off", "off"), ("seq", "sequence (`nextval('s')`, `bigserial`)")):
+        rows.append([f"{label}: ns per call"] + [sig(get(r, "horizon", "ns", k)) for r in runs.values()])
+        rows.append([f"{label}: INSERT transactions per second"] + [spread(get(r, "horizon", "tps", k), ".0f")
+                                                                   for r in runs.values()])
+        rows.append([f"{label}: instructions per call"] + [num(get(r, "horizon", "instructions", k), ".0f")
+                                                           for r in runs.values()])
+    rows.append(["`snowflake_horizon()`, µs per call"] + [num(get(r, "horizon", "horizon_us"), ".2f")
+                                                        for r in runs.values()])
+    return table(majors_header(runs, "track_horizon, median (min–max)"), rows)
 
 
 def blocks(runs):
@@ -229,8 +271,9 @@ def blocks(runs):
         "runs": runs_block(runs), "verdicts": verdicts_block(runs), "per-call": per_call_block(runs),
         "instructions": instructions_block(runs), "fractions": fractions_block(runs),
         "breakdown": breakdown_block(runs), "concurrency": concurrency_block(runs), "pgbench": pgbench_block(runs),
-        "scale-defaults": scale_block(runs, "defaults"), "scale-busy": scale_block(runs, "busy"),
-        "scale-ratios": scale_ratios_block(runs), "citus": citus_block(runs), "horizon": horizon_block(runs),
+        "sizes": sizes_block(runs), "scale-defaults": scale_block(runs, "defaults"),
+        "scale-busy": scale_block(runs, "busy"), "scale-ratios": scale_ratios_block(runs),
+        "citus": citus_block(runs), "horizon": horizon_block(runs),
     }
 
 
