@@ -111,7 +111,7 @@ def verdicts_block(runs):
         row = [hid, text, thr]
         for r in runs.values():
             v = next((v for v in r["verdicts"] if v["id"] == hid), None)
-            row.append("—" if v is None or v["value"] is None else f"{v['verdict']} ({v['value']:.3g})")
+            row.append("—" if v is None or v["value"] is None else f"{v['verdict']} ({v['value']:.3f})")
         rows.append(row)
     return table(["", "hypothesis", "threshold"] + [str(m) for m in runs], rows,
                  ["---", "---", "---:"] + ["---"] * len(runs))

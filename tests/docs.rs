@@ -526,3 +526,21 @@ fn the_reference_lists_the_settings_the_server_defines() {
         wrong.join("\n")
     );
 }
+
+/// Every figure of docs/performance.md comes from bench/results: the page's tables are what
+/// bench/render.py renders from the results' JSON, so a table edited by hand, or results
+/// re-measured without re-rendering, fail here.
+#[test]
+fn the_performance_page_shows_the_benchmark_results() {
+    let out = std::process::Command::new("python3")
+        .arg(root().join("bench/render.py"))
+        .arg("--check")
+        .output()
+        .expect("python3 runs bench/render.py");
+    assert!(
+        out.status.success(),
+        "docs/performance.md differs from bench/results (run python3 bench/render.py):\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
