@@ -32,6 +32,8 @@ import sys
 import tempfile
 import time
 
+from figures import signal_text, threshold_text
+
 PG_CONFIG = os.environ.get("PG_CONFIG") or sys.exit("bench.py: set PG_CONFIG (make bench PG_MAJOR=NN does)")
 BIN = subprocess.run([PG_CONFIG, "--bindir"], capture_output=True, text=True, check=True).stdout.strip()
 MAJOR = int(re.match(r"PostgreSQL (\d+)", subprocess.run([PG_CONFIG, "--version"], capture_output=True, text=True,
@@ -217,12 +219,6 @@ def signal(f_ns, floor_ns):
     # own spread between rounds: otherwise the number is the machine's noise.
     s["resolved"] = s["n"] >= 3 and s["min"] > 0 and s["median"] > s["floor_spread"]
     return s
-
-
-def fmt_signal(s, digits=1):
-    if not s["resolved"]:
-        return f"within the floor's spread (±{s['floor_spread']:.{digits}f})"
-    return f"{s['median']:.{digits}f} ({s['min']:.{digits}f}–{s['max']:.{digits}f})"
 
 
 def as_owner(cmd):
@@ -826,8 +822,7 @@ def markdown(r):
     md += ["## Hypotheses", "", "Stated in bench/bench.py before the run (`HYPOTHESES`); the verdicts are computed from "
            "this run's numbers.", "", "| | hypothesis | threshold | measured | verdict |", "|---|---|---:|---:|---|"]
     for v in r["verdicts"]:
-        thr = (f"{v['threshold'][0]:g} to {v['threshold'][1]:g}" if v["how"] == "within"
-               else f"{v['how']} {v['threshold']:.3g}")
+        thr = threshold_text(v)
         val = "—" if v["value"] is None else f"{v['value']:.3f}"
         md.append(f"| {v['id']} | {v['text']} | {thr} | {val} | {v['verdict']} |")
     md.append("")
@@ -848,7 +843,7 @@ def markdown(r):
                 continue
             frac = (f"{sf / c[name]['median']:.2f}" if name != "snowflake_nextval()" and c[name]["resolved"]
                     and c["snowflake_nextval()"]["resolved"] else "—")
-            md.append(f"| `{name}` | {fmt_signal(c[name])} | {c[name]['share']:.2f} | {frac} |")
+            md.append(f"| `{name}` | {signal_text(c[name])} | {c[name]['share']:.2f} | {frac} |")
         md.append("")
     if "concurrency" in r:
         md += ["## 1b. One and two backends at once", "",
@@ -861,7 +856,7 @@ def markdown(r):
         for key, v in r["concurrency"].items():
             name, b = key.split("|")
             cps = v["calls_per_s"]
-            md.append(f"| `{name}` | {b} | {fmt_signal(v['per_call'])} | {cps['median']:,.0f} ({cps['min']:,.0f}–{cps['max']:,.0f}) |")
+            md.append(f"| `{name}` | {b} | {signal_text(v['per_call'])} | {cps['median']:,.0f} ({cps['min']:,.0f}–{cps['max']:,.0f}) |")
         md.append("")
     if "pgbench" in r:
         for sync in ("on", "off"):
@@ -962,7 +957,7 @@ def markdown(r):
                "call under callgrind. PostgreSQL's own sequence (`nextval('s')`, and a `bigserial` table for the "
                "INSERTs) is measured in every round of both modes.", "",
                "| | track_horizon = on | off | sequence |", "|---|---:|---:|---:|"]
-        md.append("| `snowflake_nextval()`, ns per call | " + " | ".join(fmt_signal(h["ns"][k]) for k in ("on", "off", "seq")) + " |")
+        md.append("| `snowflake_nextval()`, ns per call | " + " | ".join(signal_text(h["ns"][k]) for k in ("on", "off", "seq")) + " |")
         md.append("| INSERT transactions per second | " + " | ".join(
             f"{h['tps'][k]['median']:.0f} ({h['tps'][k]['min']:.0f}–{h['tps'][k]['max']:.0f})" for k in ("on", "off", "seq")) + " |")
         md.append("| `snowflake_nextval()`, instructions per call | " +
@@ -993,7 +988,7 @@ def main():
              "vg_calls": VG_CALLS, "citus_clients": CITUS_CLIENTS}}
     print("Hypotheses (bench/bench.py, before the run):")
     for hid, text, _, how, threshold in HYPOTHESES:
-        print(f"  {hid}: {text} ({how} {threshold})")
+        print(f"  {hid}: {text} ({threshold_text({'how': how, 'threshold': threshold})})")
     s = Server()
     s.start()
     try:
@@ -1050,7 +1045,7 @@ def main():
     print("Verdicts:")
     for v in r["verdicts"]:
         val = "—" if v["value"] is None else f"{v['value']:.3f}"
-        print(f"  {v['id']}: {v['verdict']} ({val} {v['how']} {v['threshold']})")
+        print(f"  {v['id']}: {v['verdict']} ({val}; {threshold_text(v)})")
 
 
 if __name__ == "__main__":

@@ -10,7 +10,10 @@ import glob
 import json
 import os
 import re
+import statistics
 import sys
+
+from figures import signal_text, threshold_text
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PAGE = os.path.join(HERE, "..", "docs", "performance.md")
@@ -43,15 +46,6 @@ def get(r, *path):
     return r
 
 
-def sig(s, digits=1):
-    """A per-call figure: median (min–max), or why there is none."""
-    if s is None:
-        return "—"
-    if not s["resolved"]:
-        return f"noise (±{s['floor_spread']:.{digits}f})"
-    return f"{s['median']:.{digits}f} ({s['min']:.{digits}f}–{s['max']:.{digits}f})"
-
-
 def spread(s, fmt):
     return "—" if s is None else f"{s['median']:{fmt}} ({s['min']:{fmt}}–{s['max']:{fmt}})"
 
@@ -63,10 +57,7 @@ def num(v, fmt):
 def median_span(values, fmt=".2f"):
     if not values:
         return "—"
-    values = sorted(values)
-    n = len(values)
-    mid = values[n // 2] if n % 2 else (values[n // 2 - 1] + values[n // 2]) / 2
-    return f"{mid:{fmt}} ({values[0]:{fmt}}–{values[-1]:{fmt}})"
+    return f"{statistics.median(values):{fmt}} ({min(values):{fmt}}–{max(values):{fmt}})"
 
 
 def majors_header(runs, first):
@@ -94,18 +85,13 @@ def runs_block(runs):
     return out + "\n" + table(majors_header(runs, "parameter"), rows)
 
 
-def threshold(v):
-    return (f"{v['threshold'][0]:g} to {v['threshold'][1]:g}" if v["how"] == "within"
-            else f"{v['how']} {v['threshold']:.3g}")
-
-
 def verdicts_block(runs):
     stated = {}
     for m, r in runs.items():
         for v in r["verdicts"]:
-            if v["id"] in stated and stated[v["id"]] != (v["text"], threshold(v)):
+            if v["id"] in stated and stated[v["id"]] != (v["text"], threshold_text(v)):
                 raise SystemExit(f"render.py: hypothesis {v['id']} differs between the runs (pg{m}): re-run them all")
-            stated[v["id"]] = (v["text"], threshold(v))
+            stated[v["id"]] = (v["text"], threshold_text(v))
     rows = []
     for hid, (text, thr) in stated.items():
         row = [hid, text, thr]
@@ -123,7 +109,7 @@ FUNC_LABELS = [("snowflake_nextval()", "`snowflake_nextval()`"), ("nextval CACHE
 
 
 def per_call_block(runs):
-    rows = [[label] + [sig(get(r, "calls", key)) for r in runs.values()] for key, label in FUNC_LABELS]
+    rows = [[label] + [signal_text(get(r, "calls", key)) for r in runs.values()] for key, label in FUNC_LABELS]
     rows.append(["floor: `count(*)`, ns per row"] + [spread(get(r, "calls", "count(*)"), ".1f") for r in runs.values()])
     return table(majors_header(runs, "ns per call, median (min–max)"), rows)
 
@@ -168,7 +154,7 @@ def concurrency_block(runs):
     for key, label in (("snowflake_nextval()", "`snowflake_nextval()`"), ("nextval CACHE 1", "`nextval()`, CACHE 1")):
         for b in (1, 2):
             rows.append([f"{label}, {b} backend{'s' if b > 1 else ''}: ns per call and backend"] +
-                        [sig(get(r, "concurrency", f"{key}|{b}", "per_call")) for r in runs.values()])
+                        [signal_text(get(r, "concurrency", f"{key}|{b}", "per_call")) for r in runs.values()])
         for b in (1, 2):
             cells = []
             for r in runs.values():
@@ -256,7 +242,7 @@ def citus_block(runs):
 def horizon_block(runs):
     rows = []
     for k, label in (("on", "on"), ("off", "off"), ("seq", "sequence (`nextval('s')`, `bigserial`)")):
-        rows.append([f"{label}: ns per call"] + [sig(get(r, "horizon", "ns", k)) for r in runs.values()])
+        rows.append([f"{label}: ns per call"] + [signal_text(get(r, "horizon", "ns", k)) for r in runs.values()])
         rows.append([f"{label}: INSERT transactions per second"] + [spread(get(r, "horizon", "tps", k), ".0f")
                                                                    for r in runs.values()])
         rows.append([f"{label}: instructions per call"] + [num(get(r, "horizon", "instructions", k), ".0f")
