@@ -5,7 +5,7 @@ use crate::core::generator::{issue, GenError, IssueError, Step};
 use crate::core::layout::{self, decompose};
 use crate::core::time::{pg_timestamp_to_unix_ms, unix_ms_to_pg_timestamp};
 use crate::errors;
-use crate::generator;
+use crate::generator::{self, DatabaseTrust};
 use pgrx::prelude::*;
 
 /// How long a call waits for the lease worker before giving up with an error.
@@ -87,7 +87,13 @@ unsafe extern "C-unwind" fn nextval_slow(first: &Option<Result<Step, GenError>>)
     match result {
         Ok(id) => id,
         Err(IssueError::Gen(GenError::Refused)) => {
-            let foreign = generator::GENERATOR.share().foreign.get();
+            let (foreign, trust, database) = {
+                let g = generator::GENERATOR.share();
+                (g.foreign.get(), g.database_trust, g.database_owner.get())
+            };
+            if let (DatabaseTrust::Refused, Some((database, owner))) = (trust, database) {
+                untrusted_database(&database, &owner, crate::lease::FOREIGN_RECHECK)
+            }
             match foreign {
                 Some((what, owner)) => foreign_object(
                     &what,
@@ -266,6 +272,19 @@ fn lease_not_ready(waited: std::time::Duration, database: &str) -> ! {
             waited.as_secs()
         )),
         Some("Check the server log for errors of the \"snowflake lease\" worker, and that the database named by snowflake.database exists."),
+    )
+}
+
+/// `snowflake.database` is owned by a role other than a superuser, and holds no lease yet.
+fn untrusted_database(database: &str, owner: &str, recheck: std::time::Duration) -> ! {
+    errors::raise(
+        PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+        format!("snowflake ID generation is refused: database \"{database}\" named by snowflake.database is owned by role \"{owner}\", not by a superuser"),
+        Some(format!(
+            "The lease worker keeps this server's high-water mark and claim in that database and runs there as superuser; its owner can lock, vacuum, rename or drop what the worker needs, and so stop every ID of this server. The worker looks again every {} s.",
+            recheck.as_secs()
+        )),
+        Some(&crate::lease::untrusted_database_hint(database)),
     )
 }
 

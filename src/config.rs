@@ -10,7 +10,7 @@ use crate::core::layout::{Node, MAX_DATACENTER, MAX_TIMESTAMP, MAX_WORKER, TWITT
 use crate::core::time::{parse_epoch, Clock, SystemClock};
 use crate::errors;
 use pgrx::guc::{GucContext, GucFlags, GucRegistry, GucSetting};
-use pgrx::{pg_sys, PgLogLevel, PgSqlErrorCode};
+use pgrx::{pg_guard, pg_sys, PgLogLevel, PgSqlErrorCode};
 use std::ffi::{CStr, CString};
 use std::fmt::Display;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
@@ -294,9 +294,30 @@ impl Setting {
             Kind::Bool { value } => {
                 GucRegistry::define_bool_guc(name, short, long, value, context, GucFlags::empty())
             }
-            Kind::Text { value, .. } => {
+            Kind::Text {
+                value,
+                check: TextCheck::Any,
+            } => {
                 GucRegistry::define_string_guc(name, short, long, value, context, GucFlags::empty())
             }
+            // SAFETY: the hook catches nothing because it cannot panic: it parses text and
+            // compares numbers, and reports through PostgreSQL's GUC_check_* strings.
+            Kind::Text {
+                value,
+                check: TextCheck::Epoch,
+            } => unsafe {
+                GucRegistry::define_string_guc_with_hooks(
+                    name,
+                    short,
+                    long,
+                    value,
+                    context,
+                    GucFlags::empty(),
+                    Some(check_epoch_hook),
+                    None,
+                    None,
+                )
+            },
         }
     }
 
@@ -522,9 +543,12 @@ fn epoch_of(text: &str, level: PgLogLevel) -> i64 {
     errors::report(
         level,
         PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
-        format!("invalid value for parameter \"snowflake.epoch\": \"{}\"", text.trim()),
+        format!(
+            "invalid value for parameter \"snowflake.epoch\": \"{}\"",
+            text.trim()
+        ),
         Some(problem),
-        Some("Use a past UTC timestamp such as '2015-01-01 00:00:00+00', or milliseconds since 1970."),
+        Some(EPOCH_HINT),
     );
     unreachable!("FATAL and ERROR do not return")
 }
@@ -545,6 +569,44 @@ pub fn epoch_problem(epoch_ms: i64, now_unix_ms: i64) -> Result<(), String> {
     }
     Ok(())
 }
+
+/// The check hook of `snowflake.epoch`: PostgreSQL calls it for every new value, so `ALTER
+/// SYSTEM SET snowflake.epoch` refuses a value that would stop the next start (with the same
+/// DETAIL as that start would give), and a reload that finds one in the file logs it and keeps
+/// the file's other changes, as for any invalid value. At start-up the value was checked already
+/// (`Setting::check`, which stops the server: a hook's refusal would only be a WARNING there).
+#[pg_guard]
+unsafe extern "C-unwind" fn check_epoch_hook(
+    newval: *mut *mut std::ffi::c_char,
+    _extra: *mut *mut std::ffi::c_void,
+    _source: pg_sys::GucSource::Type,
+) -> bool {
+    // SAFETY: PostgreSQL passes a valid pointer to the candidate value (NULL for no value).
+    let value = unsafe { *newval };
+    if value.is_null() {
+        return true;
+    }
+    let text = unsafe { CStr::from_ptr(value) }.to_string_lossy();
+    let now = SystemClock.now_unix_ms();
+    match parse_epoch(&text).and_then(|ms| epoch_problem(ms, now)) {
+        Ok(()) => true,
+        Err(why) => {
+            let detail = CString::new(why.replace('\0', "")).unwrap_or_default();
+            let hint = CString::new(EPOCH_HINT).expect("no NUL");
+            // SAFETY: what the GUC_check_errdetail and GUC_check_errhint macros do: strings
+            // palloc'd in the current context, which PostgreSQL reads right after the hook.
+            unsafe {
+                pg_sys::GUC_check_errcode(PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE as i32);
+                pg_sys::GUC_check_errdetail_string = pg_sys::pstrdup(detail.as_ptr());
+                pg_sys::GUC_check_errhint_string = pg_sys::pstrdup(hint.as_ptr());
+            }
+            false
+        }
+    }
+}
+
+const EPOCH_HINT: &str =
+    "Use a past UTC timestamp such as '2015-01-01 00:00:00+00', or milliseconds since 1970.";
 
 /// Settings of a library loaded by one backend only (CREATE EXTENSION without preload): the pure
 /// functions still work with the configured epoch; the generator refuses with a clear error.

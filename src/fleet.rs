@@ -9,7 +9,7 @@
 
 use crate::config;
 use crate::core::fleet::{conflict, Claim, Liveness, PathEvent, PathReading, PathWatch};
-use crate::core::layout::{assemble, Node, MAX_SEQUENCE};
+use crate::core::layout::{assemble, Node, MAX_SEQUENCE, MAX_TIMESTAMP};
 use crate::core::time::{pg_timestamp_to_unix_ms, unix_ms_to_pg_timestamp};
 use crate::errors;
 use crate::generator::GENERATOR;
@@ -96,6 +96,23 @@ fn my_lease_id(node: Node) -> i64 {
     }
 }
 
+/// Writes the last ID of a lease into this server's own claim, in the transaction that persists
+/// the lease ([`crate::lease`]): so the claim's `lease_id` is, at every moment, at least every ID
+/// this server has issued, and retiring a server copies it from its own claim (docs/multi-writer.md,
+/// "Retiring a node") with no arithmetic of the superuser's own. Before the first refresh since
+/// the claims table was made there is no row, and the refresh writes it.
+pub fn record_lease(node: Node, lease_ms: u64) {
+    Spi::run_with_args(
+        "UPDATE _snowflake.claims SET lease_id = GREATEST(lease_id, $2)
+          WHERE system_identifier OPERATOR(pg_catalog.=) $1",
+        &[
+            system_identifier().into(),
+            assemble(lease_ms.min(MAX_TIMESTAMP), node, MAX_SEQUENCE).into(),
+        ],
+    )
+    .expect("write the lease into this server's claim");
+}
+
 /// The subscriptions of this database that carry `_snowflake.claims` here, and what their apply
 /// workers are doing (`read_paths`). Two columns differ by major: PostgreSQL 14 counts no apply
 /// errors (its failing workers show as replaced ones), and from 16 a subscription may have
@@ -172,15 +189,14 @@ pub fn refresh(
         // Delete and insert rather than update: a peer that subscribed after our row was made
         // (copy_data = false) has no row to update, and would never learn of us. Only our own
         // row: a claim of another system identifier is another server's, whatever its token.
+        // The claim's lease_id never goes down (see `record_lease`).
         Spi::run_with_args(
-            "DELETE FROM _snowflake.claims WHERE system_identifier OPERATOR(pg_catalog.=) $1",
-            &[me.into()],
-        )
-        .expect("remove this server's old claim");
-        Spi::run_with_args(
-            "INSERT INTO _snowflake.claims
+            "WITH old AS (DELETE FROM _snowflake.claims
+                           WHERE system_identifier OPERATOR(pg_catalog.=) $1 RETURNING lease_id)
+             INSERT INTO _snowflake.claims
                     (system_identifier, node_token, datacenter_id, worker_id, last_seen, lease_id, retired)
-             VALUES ($1, $2, $3, $4, pg_catalog.now(), $5, false)",
+             VALUES ($1, $2, $3, $4, pg_catalog.now(),
+                     GREATEST($5, (SELECT pg_catalog.max(old.lease_id) FROM old)), false)",
             &[
                 me.into(),
                 token.into(),

@@ -32,6 +32,28 @@ pub struct Shared {
     /// The epoch the persisted mark was written under (Unix ms), `i64::MIN` until the lease
     /// worker has read it: tells an epoch that moved later from a clock that is behind.
     pub recorded_epoch_ms: i64,
+    /// The owner of `snowflake.database` as the lease worker last read it (`owner` of this
+    /// text; `what` is the database's name), and what the worker made of it (see
+    /// `note_database_owner` in [`crate::lease`]).
+    pub database_owner: ForeignObject,
+    pub database_trust: DatabaseTrust,
+}
+
+/// Whether the lease worker trusts `snowflake.database`: a superuser must own it, since its
+/// owner may lock, vacuum, rename and drop what lives there (the lease among it).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+#[repr(u8)]
+pub enum DatabaseTrust {
+    /// The worker has not looked yet.
+    Unknown,
+    /// A superuser owns it.
+    Superuser,
+    /// Another role owns it, and the worker's lease was already there (made by an earlier
+    /// release, whose docs put it in the application database): it is used, with a WARNING at
+    /// every start of the worker, until a release refuses it.
+    Tolerated,
+    /// Another role owns it and no lease is there yet: refused (`state.refused` is set).
+    Refused,
 }
 
 /// Text of fixed size, so that it can live in shared memory: NUL-padded, cut at a char boundary.
@@ -87,6 +109,8 @@ impl Default for Shared {
             claims_stale: false,
             foreign: ForeignObject::NONE,
             recorded_epoch_ms: i64::MIN,
+            database_owner: ForeignObject::NONE,
+            database_trust: DatabaseTrust::Unknown,
         }
     }
 }
@@ -94,7 +118,10 @@ impl Default for Shared {
 impl Shared {
     /// The other server's claim while the generator refuses because of it.
     pub fn conflict(&self) -> Option<crate::core::fleet::Claim> {
-        (self.state.refused() && self.foreign.get().is_none()).then_some(self.conflict)
+        (self.state.refused()
+            && self.foreign.get().is_none()
+            && self.database_trust != DatabaseTrust::Refused)
+            .then_some(self.conflict)
     }
 }
 

@@ -433,6 +433,10 @@ fn read_horizon(function: &str, advance: bool) -> i64 {
 /// `pg_stat_activity`), and every prepared transaction (`prepared_xid`, as in
 /// `pg_prepared_xacts`), each with the smallest ID it holds (0 for a transaction prepared before
 /// the last restart, whose IDs are unknown). A parallel worker's IDs show under its leader.
+///
+/// An ID tells when a row was made and by which server, as a query's text does, so what each
+/// caller sees is what `pg_stat_activity` shows it of other sessions' queries: the transactions
+/// of roles whose privileges it has, all of them for members of `pg_read_all_stats`.
 #[pg_extern(volatile, parallel_restricted)]
 #[allow(clippy::type_complexity)]
 fn snowflake_horizon_holders() -> TableIterator<
@@ -456,6 +460,30 @@ fn snowflake_horizon_holders() -> TableIterator<
         scan_survivors();
     }
     purge_ended();
+    // SAFETY: role-cache lookups for the current user.
+    let sees = |role: pg_sys::Oid| unsafe {
+        let me = pg_sys::GetUserId();
+        pg_sys::has_privs_of_role(me, pg_sys::Oid::from(pg_sys::ROLE_PG_READ_ALL_STATS))
+            || has_privs_of_role_checked(me, role)
+    };
+    // The owner of each prepared transaction, read before the lock is taken (SPI may wait).
+    let prepared_owners: Vec<(i64, pg_sys::Oid)> = Spi::connect(|client| {
+        client
+            .select(
+                "SELECT p.transaction::pg_catalog.text::pg_catalog.int8, p.ownerid
+                   FROM pg_catalog.pg_prepared_xact() p",
+                None,
+                &[],
+            )
+            .expect("read the prepared transactions' owners")
+            .filter_map(|row| {
+                Some((
+                    row.get::<i64>(1).ok().flatten()?,
+                    row.get::<pg_sys::Oid>(2).ok().flatten()?,
+                ))
+            })
+            .collect()
+    });
     let mut rows = Vec::new();
     {
         let _lock = GENERATOR.share();
@@ -465,16 +493,36 @@ fn snowflake_horizon_holders() -> TableIterator<
             let held = slot.load(Ordering::Acquire);
             if held != EMPTY {
                 // SAFETY: slot i is the PGPROC of index i (see `slot_of`), within allProcs.
-                let pid = unsafe { (*(*pg_sys::ProcGlobal).allProcs.add(i)).pid };
-                rows.push((Some(pid), None, held));
+                let (pid, role) = unsafe {
+                    let proc = (*pg_sys::ProcGlobal).allProcs.add(i);
+                    ((*proc).pid, (*proc).roleId)
+                };
+                rows.push((Some(pid), None, held, role));
             }
         }
         for e in prepared_table().iter().filter(|e| e.xid != 0) {
-            rows.push((None, Some(e.xid as i64), e.min_id));
+            // A prepared transaction whose owner is not known (it just ended) shows to
+            // pg_read_all_stats only.
+            let owner = prepared_owners
+                .iter()
+                .find(|(xid, _)| *xid == e.xid as i64)
+                .map_or(pg_sys::InvalidOid, |(_, o)| *o);
+            rows.push((None, Some(e.xid as i64), e.min_id, owner));
         }
     }
+    let mut rows: Vec<_> = rows
+        .into_iter()
+        .filter(|r| sees(r.3))
+        .map(|(pid, xid, held, _)| (pid, xid, held))
+        .collect();
     rows.sort_by_key(|r| r.2);
     TableIterator::new(rows)
+}
+
+/// `has_privs_of_role`, false for no role (a backend that has not yet logged in, a prepared
+/// transaction whose owner is unknown).
+unsafe fn has_privs_of_role_checked(member: pg_sys::Oid, role: pg_sys::Oid) -> bool {
+    role != pg_sys::InvalidOid && unsafe { pg_sys::has_privs_of_role(member, role) }
 }
 
 extension_sql!(

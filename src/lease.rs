@@ -25,9 +25,11 @@ use crate::config;
 use crate::core::fleet::REFRESH_MS;
 use crate::core::lease::{forward_jump, restored_floor};
 use crate::core::time::{Clock, SystemClock};
-use crate::generator::{ForeignObject, GENERATOR};
+use crate::errors;
+use crate::generator::{DatabaseTrust, ForeignObject, GENERATOR};
 use pgrx::bgworkers::{BackgroundWorker, BackgroundWorkerBuilder, BgWorkerStartTime};
 use pgrx::prelude::*;
+use pgrx::{PgLogLevel, PgSqlErrorCode};
 use std::ffi::{CStr, CString};
 use std::time::{Duration, Instant};
 
@@ -282,6 +284,108 @@ fn wait_while_foreign_objects() {
     }
 }
 
+/// Who owns the database the worker is connected to (as ASCII, other bytes escaped, as in
+/// `FOREIGN_SQL`), whether that role is a superuser, and whether the worker's schema is there
+/// already. Shared catalogs only, and `pg_namespace` last.
+const DATABASE_OWNER_SQL: &str = "
+    SELECT pg_catalog.encode(pg_catalog.convert_to(r.rolname::pg_catalog.text, 'UTF8'), 'escape'),
+           r.rolsuper,
+           EXISTS (SELECT FROM pg_catalog.pg_namespace n
+                    WHERE n.nspname OPERATOR(pg_catalog.=) '_snowflake')
+      FROM pg_catalog.pg_database d
+      JOIN pg_catalog.pg_authid r ON r.oid OPERATOR(pg_catalog.=) d.datdba
+     WHERE d.datname OPERATOR(pg_catalog.=) pg_catalog.current_database()";
+
+/// What the worker makes of the owner of `snowflake.database`, and that owner's name.
+///
+/// The owner of a database may lock, vacuum, reindex, rename and drop what lives in it, its
+/// catalogs included (a `VACUUM FULL` of a catalog the worker reads, queued behind a transaction
+/// the owner keeps open, stops the worker as long as she likes), and every ID of the server waits
+/// for the worker. No list of those levers is ever complete, so the boundary is the database
+/// itself: the worker keeps its lease only in a database a superuser owns. A lease that an
+/// earlier release put into a database another role owns (their docs said so) is still used,
+/// with a WARNING at every start, so that an upgrade does not stop IDs without warning.
+fn database_trust() -> (DatabaseTrust, String) {
+    let (owner, superuser, has_lease) = BackgroundWorker::transaction(|| {
+        Spi::connect(|client| {
+            let (owner, superuser, has_lease) = client
+                .select(DATABASE_OWNER_SQL, Some(1), &[])
+                .expect("read the owner of the lease database")
+                .first()
+                .get_three::<String, bool, bool>()
+                .expect("read the owner of the lease database");
+            (
+                owner.unwrap_or_default(),
+                superuser.unwrap_or(false),
+                has_lease.unwrap_or(false),
+            )
+        })
+    });
+    let trust = match (superuser, has_lease) {
+        (true, _) => DatabaseTrust::Superuser,
+        (false, true) => DatabaseTrust::Tolerated,
+        (false, false) => DatabaseTrust::Refused,
+    };
+    (trust, owner)
+}
+
+/// Records the owner of `snowflake.database` for `snowflake_node()`, and says once per change
+/// when a role other than a superuser owns it. Returns what the worker made of it.
+fn note_database_owner(said: &mut Option<(DatabaseTrust, String)>) -> DatabaseTrust {
+    let (trust, owner) = database_trust();
+    let database = config::database();
+    {
+        let mut g = GENERATOR.exclusive();
+        g.database_owner = ForeignObject::new(&database, &owner);
+        g.database_trust = trust;
+        // Refused only while no lease is there yet, so only before the first one is written.
+        if trust == DatabaseTrust::Refused {
+            g.state.set_refused(true);
+        } else if said
+            .as_ref()
+            .is_some_and(|(t, _)| *t == DatabaseTrust::Refused)
+        {
+            g.state.set_refused(false);
+        }
+    }
+    let seen = Some((trust, owner.clone()));
+    if *said == seen {
+        return trust;
+    }
+    match trust {
+        DatabaseTrust::Superuser if said.is_some() => log!(
+            "snowflake: database \"{database}\" (snowflake.database) is owned by superuser \"{owner}\" now; the lease worker trusts it"
+        ),
+        DatabaseTrust::Tolerated => errors::report(
+            PgLogLevel::WARNING,
+            PgSqlErrorCode::ERRCODE_WARNING,
+            format!("database \"{database}\" named by snowflake.database is owned by role \"{owner}\", not by a superuser"),
+            Some("Its owner can lock, vacuum, rename or drop what the lease worker needs there, and so stop every ID of this server. The lease that an earlier release wrote there is still used; a later release will refuse it, as this one refuses such a database that holds no lease yet.".into()),
+            Some(&untrusted_database_hint(&database)),
+        ),
+        DatabaseTrust::Refused => warning!(
+            "snowflake lease worker refuses database \"{database}\" (snowflake.database): it is owned by role \"{owner}\", not by a superuser; snowflake_nextval() refuses until a superuser owns it"
+        ),
+        _ => {}
+    }
+    *said = seen;
+    trust
+}
+
+/// What to do about a lease database that a role other than a superuser owns.
+pub fn untrusted_database_hint(database: &str) -> String {
+    format!(
+        "Set snowflake.database to a database that a superuser owns (the default, postgres) and restart, carrying the mark as \"Moving snowflake.database\" in docs/operations.md says; or give this one to a superuser (ALTER DATABASE \"{database}\" OWNER TO a superuser)."
+    )
+}
+
+/// Waits, refusing ID generation, while `snowflake.database` is refused.
+fn wait_while_untrusted_database(said: &mut Option<(DatabaseTrust, String)>) {
+    while note_database_owner(said) == DatabaseTrust::Refused {
+        nap(FOREIGN_RECHECK);
+    }
+}
+
 /// A random node token (see [`crate::core::fleet`]), from PostgreSQL's strong random source.
 fn random_token() -> i64 {
     let mut buf = [0u8; 8];
@@ -432,6 +536,7 @@ fn renew(epoch: i64, drift: u64) -> Option<u64> {
             &[(epoch + lease as i64).into(), epoch.into()],
         )
         .expect("persist the lease");
+        crate::fleet::record_lease(node, lease);
         Some(lease)
     })
 }
@@ -463,6 +568,8 @@ pub extern "C-unwind" fn snowflake_lease_worker_main(_arg: pg_sys::Datum) {
     }
     // SAFETY: registers a callback with a null argument; it runs once, at exit.
     unsafe { pg_sys::before_shmem_exit(Some(forget_worker), pg_sys::Datum::from(0usize)) };
+    let mut database_said = None;
+    wait_while_untrusted_database(&mut database_said);
     wait_while_foreign_objects();
 
     let epoch = config::epoch_ms();
@@ -485,6 +592,9 @@ pub extern "C-unwind" fn snowflake_lease_worker_main(_arg: pg_sys::Datum) {
     let mut looked = (SystemClock.now_unix_ms(), Instant::now());
     loop {
         if claimed_at.is_none_or(|t| t.elapsed() >= Duration::from_millis(REFRESH_MS)) {
+            // The owner may change while the worker runs (its lease is there now, so another
+            // owner is tolerated with a WARNING, never a refusal).
+            note_database_owner(&mut database_said);
             conflict = crate::fleet::refresh(
                 conflict,
                 &mut paths,

@@ -6,7 +6,7 @@ use crate::core::generator::FloorError;
 use crate::core::layout::MAX_TIMESTAMP;
 use crate::core::time::{unix_ms_to_pg_timestamp, Clock, SystemClock};
 use crate::errors;
-use crate::generator::{self, GENERATOR};
+use crate::generator::{self, DatabaseTrust, GENERATOR};
 use pgrx::prelude::*;
 use pgrx::PgSqlErrorCode;
 
@@ -36,6 +36,8 @@ fn snowflake_node() -> TableIterator<
         name!(claim_conflict_with, Option<i64>),
         name!(claim_conflict_seen, Option<TimestampWithTimeZone>),
         name!(pair_set, bool),
+        name!(lease_database_owner, Option<String>),
+        name!(lease_database_trusted, Option<bool>),
     ),
 > {
     config::require_preload("snowflake_node()");
@@ -69,7 +71,40 @@ fn snowflake_node() -> TableIterator<
         conflict.map(|c| c.system_identifier),
         conflict.as_ref().and_then(crate::fleet::last_seen),
         config::pair_set(),
+        shared.database_owner.get().map(|(_, owner)| owner),
+        match shared.database_trust {
+            DatabaseTrust::Unknown => None,
+            trust => Some(trust == DatabaseTrust::Superuser),
+        },
     ))
+}
+
+/// `snowflake_node()` with the columns it had in 1.5.0, kept by the upgrade to 1.6.0 (which adds
+/// `lease_database_owner` and `lease_database_trusted`) for what was made on it, as
+/// `snowflake_node_1_1` is for 1.1.0 (see `sql/snowflake--1.5.0--1.6.0.sql`).
+#[pg_extern(sql = false)]
+#[allow(clippy::type_complexity)]
+fn snowflake_node_1_5() -> TableIterator<
+    'static,
+    (
+        name!(datacenter_id, i32),
+        name!(worker_id, i32),
+        name!(epoch, TimestampWithTimeZone),
+        name!(max_clock_drift_ms, i64),
+        name!(last_timestamp, Option<TimestampWithTimeZone>),
+        name!(lead_ms, i64),
+        name!(lease_until, Option<TimestampWithTimeZone>),
+        name!(lease_worker_pid, Option<i32>),
+        name!(system_identifier, i64),
+        name!(claim_conflict_with, Option<i64>),
+        name!(claim_conflict_seen, Option<TimestampWithTimeZone>),
+        name!(pair_set, bool),
+    ),
+> {
+    let (a, b, c, d, e, f, g, h, i, j, k, l, ..) = snowflake_node()
+        .next()
+        .expect("snowflake_node() has one row");
+    TableIterator::once((a, b, c, d, e, f, g, h, i, j, k, l))
 }
 
 /// `snowflake_node()` with the columns it had in 1.1.0, for the views and functions that were

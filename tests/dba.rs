@@ -149,7 +149,7 @@ const CATALOG: &str = "SELECT string_agg(format('%s %s %s %s %s %s %s %s %s %s %
      JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'snowflake'";
 
 /// Every released version, each with a query that must fail there because a later one adds it.
-const RELEASES: [(&str, &str); 5] = [
+const RELEASES: [(&str, &str); 6] = [
     ("1.0.0", "SELECT * FROM snowflake_stats()"),
     ("1.1.0", "SELECT * FROM snowflake_partitions('pg_class')"),
     ("1.2.0", "SELECT clock_forward_jumps FROM snowflake_stats()"),
@@ -158,6 +158,7 @@ const RELEASES: [(&str, &str); 5] = [
         "1.4.0",
         "SELECT '_snowflake_adopt_lock(regclass, name)'::regprocedure",
     ),
+    ("1.5.0", "SELECT lease_database_owner FROM snowflake_node()"),
 ];
 
 #[test]
@@ -210,11 +211,13 @@ fn upgrade_from_every_release_matches_a_fresh_install() {
                 .unwrap(),
                 "t|0"
             );
-            // snowflake_node() changed in 1.2.0 and 1.5.0, snowflake_stats() in 1.3.0: each view
-            // reads the one of its version, kept under a frozen name where it changed since.
+            // snowflake_node() changed in 1.2.0, 1.5.0 and 1.6.0, snowflake_stats() in 1.3.0:
+            // each view reads the one of its version, kept under a frozen name where it changed
+            // since.
             let kept = match old {
                 "1.1.0" => "snowflake_node_1_1(),snowflake_stats_1_2()",
                 "1.2.0" => "snowflake_node_1_4(),snowflake_stats_1_2()",
+                "1.5.0" => "snowflake_node_1_5(),snowflake_stats()",
                 _ => "snowflake_node_1_4(),snowflake_stats()",
             };
             assert_eq!(c.try_sql_in(&db, reads).unwrap(), kept, "from {old}");

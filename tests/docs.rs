@@ -341,14 +341,18 @@ fn the_quick_start_works_as_written() {
 fn the_removal_recipe_frees_the_tables_and_the_server() {
     let mut c = Cluster::new("removal", "snowflake.worker_id = 3");
     c.start();
+    // In the schema the recipe names (see docs/security.md).
     c.sql(
-        "CREATE EXTENSION snowflake;
-         CREATE TABLE orders (id bigint PRIMARY KEY DEFAULT snowflake_nextval(), item text);
+        "CREATE SCHEMA snowflake; CREATE EXTENSION snowflake SCHEMA snowflake;
+         CREATE TABLE orders (id bigint PRIMARY KEY DEFAULT snowflake.snowflake_nextval(), item text);
          CREATE TABLE notes (id bigint PRIMARY KEY, body text);
          INSERT INTO orders (item) SELECT 'old' FROM generate_series(1, 3);",
     );
     let max_old = c.sql_i64("SELECT max(id) FROM orders");
     assert_eq!(c.sql_err("DROP EXTENSION snowflake").sqlstate, "2BP01");
+    // Only a snowflake default is replaced.
+    let e = c.sql_err("SELECT snowflake.snowflake_unadopt('notes')");
+    assert_eq!(e.sqlstate, "55000", "{}", e.raw);
     let out = c
         .script(&readme_recipe("removal"))
         .unwrap_or_else(|e| panic!("the removal recipe failed: {}", e.raw));
@@ -359,6 +363,10 @@ fn the_removal_recipe_frees_the_tables_and_the_server() {
     );
     let new = c.sql_i64("INSERT INTO orders (item) VALUES ('new') RETURNING id");
     assert!(new > max_old, "{new} is not above {max_old}");
+    assert_eq!(
+        c.sql("SELECT attidentity FROM pg_attribute WHERE attrelid = 'orders'::regclass AND attname = 'id'"),
+        "d"
+    );
     // Step 2: the library out of shared_preload_libraries, and the server starts without it.
     c.stop("fast");
     let conf = c.data.join("postgresql.conf");

@@ -450,25 +450,28 @@ fn an_epoch_moved_later_is_refused_naming_both_epochs() {
 fn a_mark_raised_from_outside_is_never_lowered() {
     let mut c = Cluster::new("raised-mark", "snowflake.max_clock_drift = '1h'");
     c.start();
-    c.sql("CREATE EXTENSION snowflake");
+    // In the schema the recipes name (see docs/security.md), on this session's search_path.
+    c.sql("CREATE SCHEMA snowflake; CREATE EXTENSION snowflake SCHEMA snowflake; ALTER ROLE postgres SET search_path = public, snowflake");
     c.wait_for("SELECT snowflake_nextval() > 0", "t", 20);
     c.sql("CREATE TABLE orders (id bigint PRIMARY KEY DEFAULT snowflake_nextval()); INSERT INTO orders DEFAULT VALUES");
     // The README's runbook after a failover, with the old server's mark 10 minutes ahead (as a
-    // server whose IDs ran ahead would have left it).
+    // server whose IDs ran ahead would have left it): the floor from the table, then the mark.
     let ahead = c.sql_i64("SELECT (extract(epoch FROM now()) * 1000)::bigint + 600000");
-    let path = c.dir.join("raise.sql");
-    std::fs::write(&path, common::readme_recipe("raise-after-failover")).unwrap();
-    let out = c
-        .psql_cmd("postgres")
-        .args(["-v", &format!("old_mark={ahead}"), "-f"])
-        .arg(&path)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    for recipe in ["raise-after-failover", "raise-mark"] {
+        let path = c.dir.join("raise.sql");
+        std::fs::write(&path, common::readme_recipe(recipe)).unwrap();
+        let out = c
+            .psql_cmd("postgres")
+            .args(["-v", &format!("old_mark={ahead}"), "-f"])
+            .arg(&path)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{recipe}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
     let above =
         format!("SELECT snowflake_nextval() >= snowflake_min_id(to_timestamp({ahead} / 1000.0))");
     c.wait_for(&above, "t", 20);

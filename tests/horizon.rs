@@ -24,8 +24,12 @@ struct Session {
 
 impl Session {
     fn open(c: &Cluster) -> Session {
+        Session::open_as(c, "postgres", "postgres")
+    }
+
+    fn open_as(c: &Cluster, user: &str, db: &str) -> Session {
         let mut child = c
-            .psql_cmd("postgres")
+            .psql_cmd_as(user, db)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -718,4 +722,49 @@ fn a_reader_during_a_clock_ahead_leaves_no_trace() {
         "t",
         "the first ID after the correction is not dated by the corrected clock"
     );
+}
+
+/// What `snowflake_horizon_holders()` shows is what `pg_stat_activity` shows of others' queries:
+/// a role with only CONNECT sees no other role's transaction (1.5.0 showed it the exact ID, and
+/// so the millisecond, of another role's uncommitted row in another database); the role itself
+/// sees its own, and members of pg_read_all_stats see all, prepared ones included.
+#[test]
+fn the_holders_of_the_horizon_are_as_private_as_pg_stat_activity() {
+    let mut c = Cluster::new("horizon-holders-private", "max_prepared_transactions = 2");
+    c.start();
+    c.sql("CREATE ROLE tom LOGIN; CREATE ROLE eve LOGIN; CREATE ROLE watcher LOGIN IN ROLE pg_read_all_stats");
+    c.sql("CREATE DATABASE tomdb OWNER tom");
+    c.try_sql_in("tomdb", "CREATE EXTENSION snowflake").unwrap();
+    c.sql("CREATE EXTENSION snowflake");
+    c.psql_cmd_as("tom", "tomdb")
+        .arg("-c")
+        .arg("CREATE TABLE ev (id bigint PRIMARY KEY DEFAULT snowflake_nextval())")
+        .output()
+        .unwrap();
+    let mut s = Session::open_as(&c, "tom", "tomdb");
+    let held = s.one("BEGIN; INSERT INTO ev DEFAULT VALUES RETURNING id;");
+    let holders = "SELECT count(*), coalesce(string_agg(held_id::text, ','), '') FROM snowflake_horizon_holders()";
+    assert_eq!(
+        c.try_sql_as("eve", holders).unwrap(),
+        "0|",
+        "eve saw tom's transaction"
+    );
+    assert_eq!(
+        c.try_sql_as("watcher", holders).unwrap(),
+        format!("1|{held}")
+    );
+    assert_eq!(c.try_sql_as("tom", holders).unwrap(), format!("1|{held}"));
+    assert_eq!(c.sql(holders), format!("1|{held}"));
+    s.run("PREPARE TRANSACTION 'tom1';");
+    assert_eq!(
+        c.try_sql_as("eve", holders).unwrap(),
+        "0|",
+        "eve saw tom's prepared transaction"
+    );
+    assert_eq!(c.try_sql_as("tom", holders).unwrap(), format!("1|{held}"));
+    assert_eq!(
+        c.try_sql_as("watcher", holders).unwrap(),
+        format!("1|{held}")
+    );
+    c.try_sql_in("tomdb", "COMMIT PREPARED 'tom1'").unwrap();
 }

@@ -150,27 +150,21 @@ fn two_servers_write_both_ways_through_a_crash_with_the_clock_set_back() {
 /// Runs README recipes in one shell, as a user pastes them, with `vars` set.
 const CLAIMS_SEEN: &str = "SELECT string_agg(datacenter_id || '/' || worker_id, ',' ORDER BY datacenter_id, worker_id) FROM _snowflake.claims WHERE NOT retired";
 
-/// `mallory` owns the database the recipes work in and has prepared it for a superuser's
-/// session: functions and an operator of theirs that make them a superuser, first on the
-/// database's search_path.
+/// `mallory` may create in `public` of the database the recipes work in (the lease database, which
+/// a superuser owns, and here the application's too) and has planted stand-ins for everything
+/// the mesh recipes name (derived from their text): functions of every name they call and
+/// operators for what they combine, each of which makes her a superuser.
 fn plant_owner_traps(c: &Cluster) {
-    c.sql("CREATE ROLE mallory LOGIN");
-    c.sql("ALTER DATABASE postgres OWNER TO mallory");
+    c.sql("CREATE ROLE mallory LOGIN; GRANT CREATE ON SCHEMA public TO mallory");
+    let recipes: Vec<String> = ["mesh-functions", "mesh", "mesh-add", "mesh-retire"]
+        .iter()
+        .map(|r| common::readme_recipe(r))
+        .collect();
+    let texts: Vec<&str> = recipes.iter().map(String::as_str).collect();
     let out = c
         .psql_cmd_as("mallory", "postgres")
         .arg("-c")
-        .arg(
-            "CREATE SCHEMA evil;
-             CREATE FUNCTION evil.escalate() RETURNS boolean LANGUAGE plpgsql AS $$
-               BEGIN ALTER ROLE mallory SUPERUSER; RETURN true; EXCEPTION WHEN OTHERS THEN RETURN true; END $$;
-             CREATE FUNCTION evil.current_setting(text) RETURNS text LANGUAGE sql
-               AS 'SELECT evil.escalate(); SELECT pg_catalog.current_setting($1)';
-             CREATE FUNCTION evil.int8eq(bigint, bigint) RETURNS boolean LANGUAGE sql
-               AS 'SELECT evil.escalate(); SELECT pg_catalog.int8eq($1, $2)';
-             CREATE OPERATOR evil.= (LEFTARG = bigint, RIGHTARG = bigint, FUNCTION = evil.int8eq);
-             GRANT USAGE ON SCHEMA evil TO PUBLIC;
-             ALTER DATABASE postgres SET search_path = evil, pg_catalog, public;",
-        )
+        .arg(common::recipe_traps(&texts, "public", "mallory"))
         .output()
         .unwrap();
     assert!(
@@ -200,7 +194,7 @@ fn three_writers_with_the_readme_recipes_add_and_retire_a_node() {
         c.start();
         c.sql(TABLE);
     }
-    let tables = ("TABLES", "t".to_string());
+    let tables = ("TABLES", "public.t".to_string());
     run_recipes(
         &["mesh-functions", "mesh"],
         &[("NODES", uris(&[&n1, &n2, &n3])), tables.clone()],
@@ -322,7 +316,6 @@ fn three_writers_with_the_readme_recipes_add_and_retire_a_node() {
             "f",
             "a README recipe ran the database owner's code as superuser"
         );
-        c.sql("ALTER DATABASE postgres RESET search_path");
     }
     converge(&[&n1, &n2, &n3], 60);
     for c in [&n1, &n2, &n3] {
@@ -349,7 +342,7 @@ fn three_writers_with_the_readme_recipes_add_and_retire_a_node() {
         &[
             ("NEW", n5.uri()),
             ("NODES", uris(&[&n1, &n2, &n3])),
-            ("TABLES", "t".to_string()),
+            ("TABLES", "public.t".to_string()),
         ],
     );
     n5.wait_for(

@@ -1,20 +1,33 @@
-//! Nobody gets in: the lease worker runs as superuser in `snowflake.database`, which an ordinary
-//! role may own. Everything that owner can do to the database (its settings, objects planted in
-//! it before the worker first ran, its connection switches) must neither run the owner's code as
-//! superuser, nor stop ID generation, nor hand the owner the high-water mark.
+//! Nobody gets in: the lease worker runs as superuser in `snowflake.database`, which must be a
+//! database a superuser owns (one another role owns is refused; a lease an earlier release put
+//! into one is tolerated with a WARNING). Everything a role can do there (the owner's settings in
+//! that tolerated case, objects planted before the worker first ran, connection switches) must
+//! neither run its code as superuser, nor stop ID generation, nor hand it the high-water mark.
 
 mod common;
 use common::Cluster;
 
-/// A server whose `snowflake.database` is `app`, owned by the ordinary role `appowner`, who has
-/// run `prepare` in it (as appowner) before the worker first connects there.
+/// The lease worker makes its lease in `db` (owned by a superuser then), and the database is
+/// given to `owner` afterwards: the set-up 1.5.0's docs asked for, which 1.6.0 tolerates.
+fn lease_made_then_given_to(c: &mut Cluster, db: &str, owner: &str) {
+    c.sql(&format!("ALTER SYSTEM SET snowflake.database = '{db}'"));
+    c.stop("fast");
+    c.start();
+    c.wait_for("SELECT snowflake_nextval() > 0", "t", 30);
+    c.sql(&format!("ALTER DATABASE {db} OWNER TO {owner}"));
+}
+
+/// A server whose `snowflake.database` is `app`, where the lease worker made its lease before
+/// `app` was given to the ordinary role `appowner` (tolerated), who has run `prepare` in it (as
+/// appowner) before the worker connects there again.
 fn owned_app_database(name: &str, prepare: &str) -> Cluster {
     let mut c = Cluster::new(name, "snowflake.worker_id = 9");
     c.start();
     // CREATEDB: an owner who may also rename and drop databases.
     c.sql("CREATE ROLE appowner LOGIN CREATEDB");
-    c.sql("CREATE DATABASE app OWNER appowner");
+    c.sql("CREATE DATABASE app");
     c.sql("CREATE EXTENSION snowflake");
+    lease_made_then_given_to(&mut c, "app", "appowner");
     let out = c
         .psql_cmd_as("appowner", "app")
         .arg("-c")
@@ -26,7 +39,6 @@ fn owned_app_database(name: &str, prepare: &str) -> Cluster {
         "appowner's preparation failed: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    c.sql("ALTER SYSTEM SET snowflake.database = 'app'");
     c.stop("fast");
     c.start();
     c
@@ -193,11 +205,21 @@ fn refusal(c: &Cluster) -> common::PgError {
 
 #[test]
 fn objects_the_worker_did_not_create_are_refused_until_a_superuser_fixes_them() {
-    // The owner makes the lease before the worker ever ran there, with the mark at 0.
-    let c = owned_app_database(
-        "owner-objects",
-        "CREATE SCHEMA _snowflake; CREATE SEQUENCE _snowflake.lease_ms AS bigint MINVALUE 0 START 0;",
-    );
+    // A role that may create schemas in the lease database (a superuser owns it) makes the lease
+    // before the worker ever ran there, with the mark at 0.
+    let mut c = Cluster::new("owner-objects", "snowflake.worker_id = 9");
+    c.start();
+    c.sql("CREATE ROLE appowner LOGIN");
+    c.sql("CREATE DATABASE app");
+    c.sql("GRANT CREATE ON DATABASE app TO appowner; CREATE EXTENSION snowflake");
+    c.psql_cmd_as("appowner", "app")
+        .arg("-c")
+        .arg("CREATE SCHEMA _snowflake; CREATE SEQUENCE _snowflake.lease_ms AS bigint MINVALUE 0 START 0;")
+        .output()
+        .unwrap();
+    c.sql("ALTER SYSTEM SET snowflake.database = 'app'");
+    c.stop("fast");
+    c.start();
     let e = refusal(&c);
     assert_eq!(e.sqlstate, "55000", "{}", e.raw);
     assert!(
@@ -551,8 +573,9 @@ fn hidden_settings_and_transaction_defaults_of_the_database_do_not_stop_the_work
     );
     c.start();
     c.sql("CREATE ROLE appowner LOGIN CREATEDB");
-    c.sql("CREATE DATABASE app OWNER appowner");
+    c.sql("CREATE DATABASE app");
     c.sql("CREATE EXTENSION snowflake");
+    lease_made_then_given_to(&mut c, "app", "appowner");
     let as_owner = |sql: &str| {
         let out = c
             .psql_cmd_as("appowner", "app")
@@ -595,7 +618,8 @@ fn names_outside_ascii_in_a_latin1_database_stop_nothing() {
     let mut c = Cluster::new("latin1-owner", "snowflake.worker_id = 9");
     c.start();
     c.sql("CREATE ROLE appowner LOGIN; CREATE ROLE other LOGIN; CREATE EXTENSION snowflake");
-    c.sql("CREATE DATABASE app OWNER appowner ENCODING 'LATIN1' LC_COLLATE 'C' LC_CTYPE 'C' TEMPLATE template0");
+    c.sql("CREATE DATABASE app ENCODING 'LATIN1' LC_COLLATE 'C' LC_CTYPE 'C' TEMPLATE template0");
+    lease_made_then_given_to(&mut c, "app", "appowner");
     c.try_sql_in(
         "app",
         "CREATE SCHEMA snowflake; GRANT USAGE ON SCHEMA snowflake TO PUBLIC; CREATE EXTENSION snowflake SCHEMA snowflake",
@@ -638,4 +662,338 @@ fn names_outside_ascii_in_a_latin1_database_stop_nothing() {
     let e = common::parse_error(&err);
     assert_eq!(e.sqlstate, "42501", "{}", e.raw);
     assert!(e.message.contains("must be owner of table"), "{}", e.raw);
+}
+
+/// Runs SQL as the superuser in `db`, file-style, with psql's `-v` variables; the error if any.
+fn superuser_runs_in(c: &Cluster, db: &str, sql: &str, vars: &[&str]) -> Result<String, String> {
+    let path = c.dir.join("recipe.sql");
+    std::fs::write(&path, sql).unwrap();
+    let mut cmd = c.psql_cmd(db);
+    for v in vars {
+        cmd.args(["-v", v]);
+    }
+    let out = cmd.arg("-f").arg(&path).output().unwrap();
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).to_string())
+    }
+}
+
+/// The recipes a superuser runs in an application database, as the docs write them (the
+/// partition job's command as pg_cron runs it).
+fn app_recipes() -> Vec<(&'static str, String)> {
+    let job = common::readme_recipe("partitions-cron");
+    let command = job
+        .split("$$")
+        .nth(1)
+        .expect("the job's command")
+        .to_string();
+    vec![
+        ("adopt", common::readme_recipe("adopt")),
+        ("partitions-cron", command),
+        (
+            "raise-after-failover",
+            common::readme_recipe("raise-after-failover"),
+        ),
+        ("removal", common::readme_recipe("removal")),
+    ]
+}
+
+/// In `app` (see `hostile_app`), its owner plants stand-ins for everything `recipes` name, in
+/// `public` and in the schema named after the superuser, and gives the tables they name index
+/// predicates and expressions that escalate it.
+fn plant_derived_traps(c: &Cluster, recipes: &[&str]) {
+    let text = recipes.join("\n");
+    let tables = common::named_tables(&text);
+    let sql = format!(
+        "{}{}{}",
+        common::recipe_traps(recipes, "public", "appowner"),
+        common::recipe_traps(recipes, "postgres", "appowner").replace(
+            "CREATE FUNCTION postgres.escalate_appowner",
+            "CREATE OR REPLACE FUNCTION postgres.escalate_appowner"
+        ),
+        common::table_traps(&tables, "public", "appowner"),
+    );
+    let out = c
+        .psql_cmd_as("appowner", "app")
+        .args(["-v", "ON_ERROR_STOP=1", "-c"])
+        .arg(&sql)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "planting failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Every recipe a superuser runs in an application database, run as written where the database's
+/// owner (who also owns the tables) planted what the recipes' own text invites: a function of
+/// every name they call, operators for what they combine, index predicates and expressions on
+/// the tables they name, a schema named after the superuser and the database's search_path. The
+/// traps are derived from the recipes, so a new or changed recipe is covered as it is written.
+#[test]
+fn recipes_a_superuser_runs_run_nothing_another_role_planted() {
+    let c = hostile_app("recipes-derived");
+    let recipes = app_recipes();
+    let texts: Vec<&str> = recipes.iter().map(|(_, t)| t.as_str()).collect();
+    plant_derived_traps(&c, &texts);
+    assert_eq!(
+        c.try_sql_in("app", "SET search_path = pg_catalog; SELECT (SELECT count(*) FROM pg_proc WHERE proowner = 'appowner'::regrole) > 300 AND (SELECT count(*) FROM pg_operator WHERE oprowner = 'appowner'::regrole) > 300").unwrap(),
+        "t",
+        "the stand-ins were not planted"
+    );
+    for (name, recipe) in &recipes {
+        if *name == "removal" {
+            // Every snowflake default but the one the recipe names goes first (DDL only).
+            c.try_sql_in(
+                "app",
+                "ALTER TABLE public.events ALTER COLUMN id DROP DEFAULT",
+            )
+            .unwrap();
+        }
+        let out = superuser_runs_in(&c, "app", recipe, &[])
+            .unwrap_or_else(|e| panic!("recipe {name} failed:\n{e}"));
+        assert_eq!(
+            is_superuser(&c, "appowner"),
+            "f",
+            "recipe {name} ran code of the database's or the table's owner as superuser:\n{out}"
+        );
+        // (Catalogs only: a superuser's query on the tables would plan over their traps.)
+        let check = match *name {
+            "adopt" => "SELECT pg_get_expr(adbin, adrelid) = 'snowflake.snowflake_nextval()' FROM pg_attrdef WHERE adrelid = 'public.orders'::regclass".to_string(),
+            "partitions-cron" => "SELECT count(*) > 0 FROM pg_inherits WHERE inhparent = 'public.events'::regclass".to_string(),
+            "raise-after-failover" => format!("SELECT snowflake.snowflake_nextval() > {}", out.lines().last().unwrap_or("NULL")),
+            _ => "SELECT (SELECT count(*) FROM pg_extension WHERE extname = 'snowflake') = 0 AND (SELECT attidentity = 'd' FROM pg_attribute WHERE attrelid = 'public.orders'::regclass AND attname = 'id')".to_string(),
+        };
+        assert_eq!(
+            c.try_sql_in("app", &format!("SET search_path = pg_catalog; {check}"))
+                .unwrap(),
+            "t",
+            "recipe {name} did not do its work"
+        );
+    }
+}
+
+/// The derived traps are live: 1.5.0's runbooks, which read the table's maximum as the superuser
+/// (and, after a failover, called the floor function without its schema), make the owner a
+/// superuser.
+#[test]
+fn the_derived_traps_catch_the_recipes_of_1_5_0() {
+    let old = [
+        "SELECT snowflake_set_floor(max(id)) FROM orders;",
+        "SET search_path = pg_catalog, pg_temp;\nSELECT setval(pg_get_serial_sequence('public.orders', 'id'), (SELECT max(id) FROM public.orders));",
+    ];
+    for sql in old {
+        let c = hostile_app("recipes-derived-live");
+        let mut recipes: Vec<String> = app_recipes().into_iter().map(|(_, t)| t).collect();
+        recipes.push(sql.to_string());
+        let texts: Vec<&str> = recipes.iter().map(String::as_str).collect();
+        plant_derived_traps(&c, &texts);
+        c.try_sql_in("app", "SET search_path = pg_catalog; SELECT snowflake.snowflake_adopt('public.orders'::regclass)")
+            .unwrap();
+        let _ = superuser_runs_in(&c, "app", sql, &[]);
+        assert_eq!(is_superuser(&c, "appowner"), "t", "{sql}");
+    }
+}
+
+/// In the lease database (a superuser owns it), a role that may create in its `public` plants
+/// stand-ins for the mark recipe, and for 1.5.0's retirement arithmetic, whose `bigint | integer`
+/// found that role's operator before pg_catalog's: the recipe as written runs none of them, the
+/// old arithmetic runs one.
+#[test]
+fn the_mark_recipe_runs_nothing_planted_in_the_lease_database() {
+    let mut c = Cluster::new("lease-db-recipes", "snowflake.worker_id = 9");
+    c.start();
+    c.sql("CREATE EXTENSION snowflake; CREATE ROLE planter LOGIN; GRANT CREATE ON SCHEMA public TO planter");
+    // A lease written, with its epoch (1.5.0's arithmetic reads both).
+    c.wait_for("SELECT snowflake_nextval() > 0", "t", 30);
+    let mark = common::readme_recipe("raise-mark");
+    let old_retire = "SELECT CASE WHEN l.last_value > 0 AND e.last_value >= 0 THEN
+    ((l.last_value - e.last_value) << 22) | (current_setting('snowflake.datacenter_id')::bigint << 17)
+    | (current_setting('snowflake.worker_id')::bigint << 12) | 4095 ELSE 0 END
+  FROM _snowflake.lease_ms l, _snowflake.epoch_ms e";
+    let sql = common::recipe_traps(&[&mark, old_retire], "public", "planter");
+    let out = c
+        .psql_cmd_as("planter", "postgres")
+        .args(["-v", "ON_ERROR_STOP=1", "-c"])
+        .arg(&sql)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        c.sql("SELECT count(*) > 500 FROM pg_operator WHERE oprnamespace = 'public'::regnamespace"),
+        "t",
+        "the stand-ins were not planted: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let ahead = c.sql_i64("SELECT (extract(epoch FROM now()) * 1000)::bigint + 60000");
+    superuser_runs_in(&c, "postgres", &mark, &[&format!("old_mark={ahead}")]).unwrap();
+    assert_eq!(
+        is_superuser(&c, "planter"),
+        "f",
+        "the mark recipe ran planter's code"
+    );
+    assert!(c.sql_i64("SELECT last_value FROM _snowflake.lease_ms") >= ahead);
+    // 1.5.0's mesh-retire ran with search_path = pg_catalog, public.
+    let old = superuser_runs_in(
+        &c,
+        "postgres",
+        &format!("SET search_path = pg_catalog, public;\n{old_retire};"),
+        &[],
+    );
+    assert_eq!(
+        is_superuser(&c, "planter"),
+        "t",
+        "the traps are not live: {old:?}"
+    );
+}
+
+fn refused_for_database(c: &Cluster) -> common::PgError {
+    let mut last = None;
+    let refused = common::eventually(30, || match c.try_sql("SELECT snowflake_nextval()") {
+        Err(e) if e.message.contains("named by snowflake.database") => {
+            last = Some(e);
+            true
+        }
+        _ => false,
+    });
+    assert!(refused, "snowflake_nextval() was not refused:\n{}", c.log());
+    last.unwrap()
+}
+
+/// A lease database that a role other than a superuser owns is refused, naming its owner, until
+/// a superuser owns it; one where an earlier release already made the lease is used with a
+/// WARNING at every start, and `snowflake_node()` says so.
+#[test]
+fn a_lease_database_another_role_owns_is_refused_or_only_tolerated() {
+    let mut c = Cluster::new("lease-db-owner", "snowflake.worker_id = 9");
+    c.start();
+    c.sql("CREATE ROLE mallory LOGIN");
+    c.sql("CREATE DATABASE app OWNER mallory");
+    c.sql("CREATE EXTENSION snowflake");
+    assert_eq!(
+        c.sql("SELECT lease_database_owner, lease_database_trusted FROM snowflake_node()"),
+        "postgres|t"
+    );
+    c.sql("ALTER SYSTEM SET snowflake.database = 'app'");
+    c.stop("fast");
+    c.start();
+    let e = refused_for_database(&c);
+    assert_eq!(e.sqlstate, "55000", "{}", e.raw);
+    assert!(
+        e.message.contains("database \"app\"") && e.message.contains("role \"mallory\""),
+        "{}",
+        e.raw
+    );
+    assert!(e.hint.contains("OWNER TO"), "{}", e.raw);
+    assert_eq!(
+        c.sql("SELECT lease_database_owner, lease_database_trusted FROM snowflake_node()"),
+        "mallory|f"
+    );
+    assert!(c
+        .log()
+        .contains("snowflake lease worker refuses database \"app\""));
+    // The worker made nothing there.
+    assert_eq!(
+        c.try_sql_in(
+            "app",
+            "SELECT count(*) FROM pg_namespace WHERE nspname = '_snowflake'"
+        )
+        .unwrap(),
+        "0"
+    );
+    // A superuser takes it: the worker continues by itself.
+    c.sql("ALTER DATABASE app OWNER TO postgres");
+    c.wait_for("SELECT snowflake_nextval() > 0", "t", 20);
+    assert_eq!(
+        c.sql("SELECT lease_database_owner, lease_database_trusted FROM snowflake_node()"),
+        "postgres|t"
+    );
+    // Given back to mallory with the lease in it (1.5.0's set-up): tolerated, with a WARNING.
+    c.sql("ALTER DATABASE app OWNER TO mallory");
+    c.stop("fast");
+    c.start();
+    c.wait_for("SELECT snowflake_nextval() > 0", "t", 20);
+    assert_eq!(
+        c.sql("SELECT lease_database_owner, lease_database_trusted FROM snowflake_node()"),
+        "mallory|f"
+    );
+    assert!(
+        c.log()
+            .contains("database \"app\" named by snowflake.database is owned by role \"mallory\""),
+        "{}",
+        c.log()
+    );
+}
+
+/// The owner of another database pulls every lever PostgreSQL gives her over her own database
+/// while IDs are issued in the lease database and in a third one: none stops an ID there for more
+/// than the 5 s each call is allowed. (1.5.0's docs put the lease into such a database, where a
+/// queued VACUUM FULL of a catalog the worker reads stopped every ID of the server.)
+#[test]
+fn the_owner_of_an_application_database_stops_no_id_elsewhere() {
+    let mut c = Cluster::new("owner-locks", "snowflake.worker_id = 9");
+    c.start();
+    c.sql("CREATE ROLE mallory LOGIN");
+    c.sql("CREATE DATABASE app OWNER mallory");
+    c.sql("CREATE DATABASE other");
+    c.sql("CREATE EXTENSION snowflake");
+    c.try_sql_in("other", "CREATE EXTENSION snowflake").unwrap();
+    c.try_sql_as("mallory", "SELECT 1").unwrap();
+    let games = [
+        "BEGIN; SELECT count(*) FROM pg_catalog.pg_subscription_rel; SELECT count(*) FROM pg_catalog.pg_class; SELECT pg_sleep(40)",
+        "VACUUM FULL pg_catalog.pg_subscription_rel",
+        "VACUUM FULL pg_catalog.pg_class",
+        "REINDEX TABLE pg_catalog.pg_namespace",
+        "CLUSTER pg_catalog.pg_statistic USING pg_statistic_relid_att_inh_index",
+        "BEGIN; ALTER DATABASE app CONNECTION LIMIT 0; SELECT pg_sleep(40)",
+        "ALTER DATABASE app ALLOW_CONNECTIONS false",
+    ];
+    let mut held = Vec::new();
+    for (i, game) in games.iter().enumerate() {
+        held.push(
+            c.psql_cmd_as("mallory", "app")
+                .arg("-c")
+                .arg(game)
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .unwrap(),
+        );
+        if i == 0 {
+            std::thread::sleep(std::time::Duration::from_millis(500));
+        }
+    }
+    // The same levers in the lease database, which she does not own, are refused or skipped.
+    let e = c
+        .try_sql_as(
+            "mallory",
+            "BEGIN; LOCK TABLE _snowflake.claims IN ACCESS EXCLUSIVE MODE; COMMIT",
+        )
+        .expect_err("locked the worker's claims");
+    assert_eq!(e.sqlstate, "42501", "{}", e.raw);
+    // Over 15 s (several lease renewals), every call in the lease database and in another one
+    // answers within 5 s.
+    let start = std::time::Instant::now();
+    while start.elapsed() < std::time::Duration::from_secs(15) {
+        for db in ["postgres", "other"] {
+            c.try_sql_in(
+                db,
+                "SET statement_timeout = '5s'; SELECT count(snowflake_nextval()) FROM generate_series(1, 5000)",
+            )
+            .unwrap_or_else(|e| panic!("an ID in {db} waited for mallory's locks: {}", e.raw));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(300));
+    }
+    for mut h in held {
+        let _ = h.kill();
+        let _ = h.wait();
+    }
+    assert_eq!(is_superuser(&c, "mallory"), "f");
 }

@@ -590,3 +590,38 @@ fn short_text_forms_sort_like_the_number_and_name_bad_characters() {
         "t"
     );
 }
+
+/// A value of `snowflake.epoch` that would stop the next start is refused when it is set, with
+/// the DETAIL that start would give (1.5.0 took it, and the next restart failed); a good one is
+/// taken, and the server starts with it.
+#[test]
+fn alter_system_refuses_an_epoch_that_would_stop_the_next_start() {
+    let mut c = Cluster::new("epoch-alter-system", "snowflake.worker_id = 4");
+    c.start();
+    for (value, detail) in [
+        ("garbage", "is not a timestamp"),
+        ("1950-01-01 00:00:00+00", "must not be before 1970"),
+    ] {
+        let e = c.sql_err(&format!("ALTER SYSTEM SET snowflake.epoch = '{value}'"));
+        assert_eq!(e.sqlstate, "22023", "{value}: {}", e.raw);
+        assert!(
+            e.message
+                .contains("invalid value for parameter \"snowflake.epoch\""),
+            "{value}: {}",
+            e.raw
+        );
+        assert!(e.detail.contains(detail), "{value}: {}", e.raw);
+        assert!(e.hint.contains("past UTC timestamp"), "{value}: {}", e.raw);
+    }
+    c.sql("ALTER SYSTEM SET snowflake.epoch = '2015-01-01 00:00:00+00'");
+    c.stop("fast");
+    c.start();
+    assert_eq!(c.sql("SHOW snowflake.epoch"), "2015-01-01 00:00:00+00");
+    // A bad value written into the file by hand: a reload logs it and keeps the server as it is.
+    c.conf("snowflake.epoch = 'garbage'");
+    c.sql("SELECT pg_reload_conf()");
+    assert!(common::eventually(10, || c.log().contains(
+        "invalid value for parameter \"snowflake.epoch\": \"garbage\""
+    )));
+    assert_eq!(c.sql("SHOW snowflake.epoch"), "2015-01-01 00:00:00+00");
+}

@@ -85,3 +85,266 @@ pub fn readme_recipe(name: &str) -> String {
     }
     panic!("the block of recipe {name} does not end")
 }
+
+/// Words that precede a parenthesis in SQL without being a function's name.
+const NOT_FUNCTIONS: &[&str] = &[
+    "select",
+    "from",
+    "where",
+    "in",
+    "exists",
+    "values",
+    "as",
+    "and",
+    "or",
+    "not",
+    "on",
+    "table",
+    "returning",
+    "greatest",
+    "least",
+    "coalesce",
+    "nullif",
+    "cast",
+    "case",
+    "when",
+    "then",
+    "else",
+    "end",
+    "interval",
+    "over",
+    "filter",
+    "array",
+    "row",
+    "any",
+    "all",
+    "set",
+    "into",
+    "with",
+    "using",
+    "default",
+    "join",
+    "by",
+    "seq",
+    "do",
+    "if",
+    "for",
+    "until",
+    "while",
+    "extract",
+];
+
+/// The functions a recipe calls, each with the number of arguments it passes: every word
+/// followed by `(` (the last part of a qualified name), minus SQL's own words.
+pub fn called_functions(recipe: &str) -> Vec<(String, usize)> {
+    let bytes = recipe.as_bytes();
+    let mut found = Vec::new();
+    for (i, &b) in bytes.iter().enumerate() {
+        if b != b'(' {
+            continue;
+        }
+        let mut start = i;
+        while start > 0 && (bytes[start - 1].is_ascii_alphanumeric() || bytes[start - 1] == b'_') {
+            start -= 1;
+        }
+        let name = recipe[start..i].to_ascii_lowercase();
+        if name.is_empty()
+            || name.as_bytes()[0].is_ascii_digit()
+            || NOT_FUNCTIONS.contains(&name.as_str())
+        {
+            continue;
+        }
+        // Arguments: top-level commas up to the matching parenthesis.
+        let (mut depth, mut commas, mut empty) = (0, 0, true);
+        for &c in &bytes[i + 1..] {
+            match c {
+                b'(' => depth += 1,
+                b')' if depth == 0 => break,
+                b')' => depth -= 1,
+                b',' if depth == 0 => commas += 1,
+                c if !c.is_ascii_whitespace() => empty = false,
+                _ => {}
+            }
+        }
+        let arity = if empty { 0 } else { commas + 1 };
+        if !found.contains(&(name.clone(), arity)) {
+            found.push((name, arity));
+        }
+    }
+    found
+}
+
+/// The operators a recipe uses (of those SQL writes between values).
+pub fn used_operators(recipe: &str) -> Vec<String> {
+    let ops = [
+        "<<", ">>", "||", "<>", "<=", ">=", "|", "=", "<", ">", "+", "-", "*", "/", "%", "&",
+    ];
+    let mut text = recipe.to_string();
+    let mut found = Vec::new();
+    for op in ops {
+        if text.contains(op) {
+            found.push(op.to_string());
+            text = text.replace(op, " ");
+        }
+    }
+    found
+}
+
+/// The tables a recipe names as `'schema.table'::regclass`.
+pub fn named_tables(recipe: &str) -> Vec<String> {
+    recipe
+        .split("'::regclass")
+        .filter_map(|before| before.rsplit('\'').next())
+        .filter(|t| t.contains('.') && !t.contains(char::is_whitespace))
+        .map(str::to_string)
+        .collect::<Vec<_>>()
+        .into_iter()
+        .fold(Vec::new(), |mut v, t| {
+            if !v.contains(&t) {
+                v.push(t);
+            }
+            v
+        })
+}
+
+/// Argument types the stand-ins are made for.
+const TRAP_TYPES: &[&str] = &[
+    "bigint",
+    "integer",
+    "text",
+    "numeric",
+    "regclass",
+    "name",
+    "boolean",
+    "timestamptz",
+    "interval",
+    "oid",
+];
+
+/// SQL, to be run by `role` (who must be able to create in `schema`), that plants stand-ins for
+/// everything `recipes` resolve by name: for every function they call, one of each signature
+/// pg_catalog has for that name and one for each argument type of [`TRAP_TYPES`] at the arity
+/// called; for every operator they use, one for each pair of those types. Each stand-in makes
+/// `role` a superuser when a superuser runs it (`schema.escalate_ROLE()`), and then answers as
+/// the real one would for its types (NULL or its first argument), so that a recipe that picks
+/// it up goes on and the test sees what happened.
+pub fn recipe_traps(recipes: &[&str], schema: &str, role: &str) -> String {
+    let text = recipes.join("\n");
+    let mut names: Vec<(String, usize)> = called_functions(&text);
+    names.retain(|(n, _)| n != &format!("escalate_{role}"));
+    let fns = names
+        .iter()
+        .map(|(n, a)| format!("({}, {a})", sql_literal(n)))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let ops = used_operators(&text)
+        .iter()
+        .map(|o| sql_literal(o))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let types = TRAP_TYPES
+        .iter()
+        .map(|t| sql_literal(t))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let escalate = format!("{schema}.escalate_{role}");
+    format!(
+        r#"
+CREATE FUNCTION {escalate}() RETURNS boolean LANGUAGE plpgsql AS $e$
+  BEGIN ALTER ROLE {role} SUPERUSER; RETURN true; EXCEPTION WHEN OTHERS THEN RETURN true; END $e$;
+GRANT EXECUTE ON FUNCTION {escalate}() TO PUBLIC;
+DO $plant$
+DECLARE
+    f record; sig record; t text; l text; r text; o text; n int := 0;
+    body text;
+BEGIN
+    FOR f IN SELECT * FROM (VALUES {fns}) AS v(name, arity) LOOP
+        -- pg_catalog's own signatures of this name.
+        FOR sig IN SELECT pg_catalog.pg_get_function_identity_arguments(p.oid) AS args,
+                          pg_catalog.format_type(p.prorettype, NULL) AS ret
+                     FROM pg_catalog.pg_proc p
+                    WHERE p.proname OPERATOR(pg_catalog.=) f.name
+                      AND p.pronamespace OPERATOR(pg_catalog.=) 'pg_catalog'::pg_catalog.regnamespace
+                      AND p.prokind OPERATOR(pg_catalog.=) 'f' AND NOT p.proretset
+                      AND NOT EXISTS (SELECT FROM pg_catalog.pg_type y
+                                       WHERE y.oid OPERATOR(pg_catalog.=) ANY (p.proargtypes::pg_catalog.oid[] OPERATOR(pg_catalog.||) p.prorettype)
+                                         AND y.typtype OPERATOR(pg_catalog.=) 'p') LOOP
+            BEGIN
+                EXECUTE pg_catalog.format('CREATE FUNCTION %I.%I(%s) RETURNS %s LANGUAGE sql AS %L',
+                    '{schema}', f.name, sig.args, sig.ret,
+                    pg_catalog.format('SELECT {escalate}(); SELECT NULL::%s', sig.ret));
+                n := n OPERATOR(pg_catalog.+) 1;
+            EXCEPTION WHEN OTHERS THEN NULL;
+            END;
+        END LOOP;
+        -- One for each type, at the arity called.
+        FOREACH t IN ARRAY ARRAY[{types}] LOOP
+            BEGIN
+                IF f.arity OPERATOR(pg_catalog.=) 0 THEN
+                    EXECUTE pg_catalog.format('CREATE FUNCTION %I.%I() RETURNS bigint LANGUAGE sql AS %L',
+                        '{schema}', f.name, 'SELECT {escalate}(); SELECT NULL::bigint');
+                ELSE
+                    EXECUTE pg_catalog.format('CREATE FUNCTION %I.%I(%s) RETURNS %s LANGUAGE sql AS %L',
+                        '{schema}', f.name,
+                        pg_catalog.array_to_string(pg_catalog.array_fill(t, ARRAY[f.arity]), ', '), t,
+                        'SELECT {escalate}(); SELECT $1');
+                END IF;
+                n := n OPERATOR(pg_catalog.+) 1;
+            EXCEPTION WHEN OTHERS THEN NULL;
+            END;
+        END LOOP;
+    END LOOP;
+    FOREACH o IN ARRAY ARRAY[{ops}]::text[] LOOP
+        FOREACH l IN ARRAY ARRAY[{types}] LOOP
+            FOREACH r IN ARRAY ARRAY[{types}] LOOP
+                BEGIN
+                    IF o OPERATOR(pg_catalog.=) ANY (ARRAY['=', '<>', '<', '>', '<=', '>=']) THEN
+                        body := 'SELECT {escalate}()';
+                        EXECUTE pg_catalog.format('CREATE FUNCTION %I.%I(%s, %s) RETURNS boolean LANGUAGE sql AS %L',
+                            '{schema}', 'op_' OPERATOR(pg_catalog.||) pg_catalog.md5(o OPERATOR(pg_catalog.||) l OPERATOR(pg_catalog.||) r), l, r, body);
+                    ELSE
+                        body := 'SELECT {escalate}(); SELECT $1';
+                        EXECUTE pg_catalog.format('CREATE FUNCTION %I.%I(%s, %s) RETURNS %s LANGUAGE sql AS %L',
+                            '{schema}', 'op_' OPERATOR(pg_catalog.||) pg_catalog.md5(o OPERATOR(pg_catalog.||) l OPERATOR(pg_catalog.||) r), l, r, l, body);
+                    END IF;
+                    EXECUTE pg_catalog.format('CREATE OPERATOR %I.%s (LEFTARG = %s, RIGHTARG = %s, FUNCTION = %I.%I)',
+                        '{schema}', o, l, r, '{schema}', 'op_' OPERATOR(pg_catalog.||) pg_catalog.md5(o OPERATOR(pg_catalog.||) l OPERATOR(pg_catalog.||) r));
+                    n := n OPERATOR(pg_catalog.+) 1;
+                EXCEPTION WHEN OTHERS THEN NULL;
+                END;
+            END LOOP;
+        END LOOP;
+    END LOOP;
+    RAISE NOTICE 'planted % stand-ins in %', n, '{schema}';
+END
+$plant$;
+"#
+    )
+}
+
+/// SQL, run by a table's owner `role`, that gives each table a partial index whose predicate and
+/// an index whose expression call that owner's IMMUTABLE function, which makes `role` a superuser
+/// when a superuser plans a query on the table.
+pub fn table_traps(tables: &[String], schema: &str, role: &str) -> String {
+    // (An IMMUTABLE SQL function over a VOLATILE one: PostgreSQL refuses ALTER ROLE inside a
+    // function that is not VOLATILE, but not in one it calls.)
+    let mut sql = format!(
+        "CREATE FUNCTION {schema}.table_escalate_{role}() RETURNS boolean LANGUAGE plpgsql AS $t$
+           BEGIN ALTER ROLE {role} SUPERUSER; RETURN true; EXCEPTION WHEN OTHERS THEN RETURN true; END $t$;
+         CREATE FUNCTION {schema}.table_trap_{role}() RETURNS boolean LANGUAGE sql IMMUTABLE
+           AS 'SELECT {schema}.table_escalate_{role}()';
+         CREATE FUNCTION {schema}.table_trap_{role}_int() RETURNS bigint LANGUAGE sql IMMUTABLE
+           AS 'SELECT CASE WHEN {schema}.table_escalate_{role}() THEN 0::bigint END';\n"
+    );
+    for t in tables {
+        sql.push_str(&format!(
+            "CREATE INDEX ON {t} (id) WHERE {schema}.table_trap_{role}();
+             CREATE INDEX ON {t} ((id OPERATOR(pg_catalog.+) {schema}.table_trap_{role}_int()));\n"
+        ));
+    }
+    sql
+}
+
+fn sql_literal(s: &str) -> String {
+    format!("'{}'", s.replace('\'', "''"))
+}
