@@ -226,6 +226,7 @@ _snowflake_adopt_lock(regclass,name) v t u
 _snowflake_adopt_switch(regclass,name,bigint[]) v t u
 _snowflake_create_partitions(regclass,timestamp with time zone,timestamp with time zone,interval) v t u
 _snowflake_drop_partitions(regclass,timestamp with time zone) v t u
+_snowflake_max_key(regclass,name,boolean) v t u
 snowflake_adopt(regclass,name) v t u
 snowflake_advance_horizon() v t r
 snowflake_compose(timestamp with time zone,integer,integer,integer) i t s
@@ -244,10 +245,12 @@ snowflake_node() v t s
 snowflake_partitions(regclass) s t s
 snowflake_sequence(bigint) i t s
 snowflake_set_floor(bigint) v t u
+snowflake_set_floor_from(regclass,name) v t u
 snowflake_stats() v t s
 snowflake_timestamp(bigint) i t s
 snowflake_to_base32(bigint) i t s
 snowflake_to_base62(bigint) i t s
+snowflake_unadopt(regclass,name) v t u
 snowflake_worker_id(bigint) i t s";
     assert_eq!(got, want);
 }

@@ -700,6 +700,20 @@ fn app_recipes() -> Vec<(&'static str, String)> {
     ]
 }
 
+/// Every recipe whose marker says this file runs it is among those run against derived traps
+/// (`app_recipes`, and `raise-mark` in the lease database): a recipe marked for a superuser is
+/// covered as written, and one added to the docs with that marker fails here until it is run.
+#[test]
+fn every_recipe_marked_for_this_file_is_run_against_derived_traps() {
+    let mut run: Vec<String> = app_recipes()
+        .into_iter()
+        .map(|(name, _)| name.to_string())
+        .chain(["raise-mark".to_string()])
+        .collect();
+    run.sort();
+    assert_eq!(common::recipes_run_by("tests/security.rs"), run);
+}
+
 /// In `app` (see `hostile_app`), its owner plants stand-ins for everything `recipes` name, in
 /// `public` and in the schema named after the superuser, and gives the tables they name index
 /// predicates and expressions that escalate it.

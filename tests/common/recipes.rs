@@ -348,3 +348,24 @@ pub fn table_traps(tables: &[String], schema: &str, role: &str) -> String {
 fn sql_literal(s: &str) -> String {
     format!("'{}'", s.replace('\'', "''"))
 }
+
+/// The names of the recipes whose marker says that `test_file` runs them
+/// (`<!-- recipe: NAME (run as written by tests/x.rs ...) -->`).
+pub fn recipes_run_by(test_file: &str) -> Vec<String> {
+    let mut names = Vec::new();
+    for path in doc_files() {
+        let text = fs::read_to_string(&path).unwrap();
+        for marker in text.split("<!-- recipe: ").skip(1) {
+            let Some((head, _)) = marker.split_once("-->") else {
+                continue;
+            };
+            if head.contains(test_file) {
+                if let Some(name) = head.split_whitespace().next() {
+                    names.push(name.to_string());
+                }
+            }
+        }
+    }
+    names.sort();
+    names
+}
