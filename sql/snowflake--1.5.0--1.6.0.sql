@@ -1,7 +1,10 @@
 -- snowflake 1.5.0 -> 1.6.0: snowflake_set_floor_from() and snowflake_unadopt() read a table
 -- as its owner, for the failover and removal recipes (a superuser who planned max(id) over a
 -- table ran its owner's index predicates as superuser). snowflake_node() says who owns the
--- lease database (lease_database_owner, lease_database_trusted).
+-- lease database (lease_database_owner, lease_database_trusted). Partitions are computed in
+-- UTC whatever the session's TimeZone (a step of days is that many 24 hours), infinity and times
+-- outside the layout are refused before any work, and a cut-off outside the layout drops nothing
+-- (before the epoch) or every bounded partition (after its end).
 -- Frozen once released; the upgrade test checks that an upgraded install equals a fresh one.
 \echo Use "ALTER EXTENSION snowflake UPDATE TO '1.6.0'" to load this file. \quit
 
@@ -73,6 +76,9 @@ BEGIN
         END IF;
         -- No writer may take a snowflake key between reading the maximum and the switch.
         EXECUTE format('LOCK TABLE %s IN SHARE ROW EXCLUSIVE MODE', tbl);
+    ELSE
+        -- Writers in flight commit (or not) before the maximum is read.
+        EXECUTE format('LOCK TABLE %s IN SHARE MODE', tbl);
     END IF;
     EXECUTE format('SELECT pg_catalog.max(%I) FROM %s', col, tbl) INTO max_id;
     IF unadopt THEN
@@ -138,3 +144,179 @@ CREATE  FUNCTION "snowflake_node"() RETURNS TABLE (
 STRICT VOLATILE PARALLEL SAFE
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', 'snowflake_node_wrapper';
+
+-- Partitions in UTC, bounded before any work.
+CREATE OR REPLACE FUNCTION _snowflake_create_partitions(
+    parent regclass,
+    from_ts timestamptz,
+    to_ts timestamptz,
+    step interval
+) RETURNS regclass[]
+LANGUAGE plpgsql VOLATILE STRICT PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    step_ms numeric;
+    steps numeric;
+    lower_ts timestamptz;
+    upper_ts timestamptz;
+    last_ts timestamptz;
+    lo bigint;
+    hi bigint;
+    schema_name name;
+    base_name text;
+    suffix text;
+    keep int;
+    part_name text;
+    taken regclass;
+    existing text[];
+    made regclass[] := '{}';
+BEGIN
+    IF NOT EXISTS (SELECT FROM pg_class c
+                    WHERE c.oid = parent
+                      AND c.relowner = (SELECT r.oid FROM pg_roles r WHERE r.rolname = current_user)) THEN
+        RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+            MESSAGE = format('_snowflake_create_partitions runs only as the owner of %s', parent),
+            HINT = 'Call snowflake_create_partitions(), which acts as the table''s owner.';
+    END IF;
+    -- Checks the parent's partitioning first.
+    PERFORM @extschema@.snowflake_partitions(parent) LIMIT 1;
+    -- Its partitions would be temporary too, which an owner acting in a security-restricted
+    -- operation may not create.
+    IF (SELECT c.relpersistence FROM pg_class c WHERE c.oid = parent) = 't' THEN
+        RAISE EXCEPTION USING ERRCODE = 'feature_not_supported',
+            MESSAGE = format('cannot create partitions of temporary table %s', parent),
+            DETAIL = 'snowflake_create_partitions acts as the table''s owner in a security-restricted operation, which may create no temporary table.',
+            HINT = 'Create them with CREATE TEMPORARY TABLE ... PARTITION OF, bounded by snowflake_min_id() of each step''s start and end.';
+    END IF;
+    step_ms := extract(epoch FROM step) * 1000;
+    IF step IS NULL OR extract(month FROM step) <> 0 OR extract(year FROM step) <> 0
+       OR step_ms <= 0 OR step_ms % 60000 <> 0 THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+            MESSAGE = format('invalid partition step "%s"', step),
+            DETAIL = 'The step must be a positive whole number of minutes; months and years have no fixed length.',
+            HINT = 'Use a step such as ''1 day'', ''6 hours'' or ''7 days''.';
+    END IF;
+    -- A step of days is that many 24 hours, in every session: an interval of seconds only, which
+    -- timestamptz arithmetic adds as elapsed time (an interval of days would be added in the
+    -- session's TimeZone, 23 or 25 hours across a daylight-saving change).
+    step := make_interval(secs => step_ms / 1000);
+    -- Infinity and times outside the layout are refused before any work (snowflake_min_id
+    -- raises 22008 for them), the last step's end included.
+    IF NOT isfinite(from_ts) OR NOT isfinite(to_ts) THEN
+        RAISE EXCEPTION USING ERRCODE = 'datetime_field_overflow',
+            MESSAGE = 'timestamp out of range for a snowflake ID',
+            DETAIL = format('Partitions are made from %s to %s; infinite timestamps cannot be encoded.', from_ts, to_ts);
+    END IF;
+    -- 2000-01-03 was a Monday at midnight UTC; date_bin counts elapsed time.
+    lower_ts := date_bin(step, from_ts, '2000-01-03 00:00:00+00');
+    -- to_ts's own step is left out (unless it is from_ts's): "three days ago to two days ahead"
+    -- is five whole days, whatever the time of day.
+    last_ts := greatest(date_bin(step, to_ts, '2000-01-03 00:00:00+00'), lower_ts + step);
+    PERFORM @extschema@.snowflake_min_id(lower_ts), @extschema@.snowflake_min_id(last_ts);
+    steps := (extract(epoch FROM last_ts) - extract(epoch FROM lower_ts)) * 1000 / step_ms;
+    IF steps > 10000 THEN
+        RAISE EXCEPTION USING ERRCODE = 'program_limit_exceeded',
+            MESSAGE = format('too many partitions: %s steps of %s from %s to %s', steps, step, lower_ts, last_ts),
+            DETAIL = 'snowflake_create_partitions makes at most 10000 partitions in one call.',
+            HINT = 'Premake a shorter range, or use a longer step.';
+    END IF;
+    SELECT n.nspname, c.relname INTO schema_name, base_name
+      FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = parent;
+    -- Serialises concurrent calls on one parent; readers and writers are not blocked.
+    EXECUTE format('LOCK TABLE %s IN SHARE UPDATE EXCLUSIVE MODE', parent);
+    -- The bounds that exist, read once (after the lock: a concurrent call's are committed).
+    existing := ARRAY(SELECT p.from_id || '/' || p.to_id FROM @extschema@.snowflake_partitions(parent) p);
+    WHILE lower_ts < last_ts LOOP
+        upper_ts := lower_ts + step;
+        lo := @extschema@.snowflake_min_id(lower_ts);
+        hi := @extschema@.snowflake_min_id(upper_ts);
+        IF NOT (lo || '/' || hi) = ANY (existing) THEN
+            suffix := '_' || to_char(lower_ts AT TIME ZONE 'UTC',
+                CASE WHEN step < interval '1 day' THEN 'YYYYMMDD_HH24MI' ELSE 'YYYYMMDD' END);
+            -- A name longer than max_identifier_length (63 bytes) would be cut at the end, and
+            -- neighbouring steps would get one name: the parent's part is shortened instead (by
+            -- whole characters), so the date always stays.
+            keep := length(base_name);
+            WHILE octet_length(left(base_name, keep) || suffix)
+                  > current_setting('max_identifier_length')::int LOOP
+                keep := keep - 1;
+            END LOOP;
+            part_name := left(base_name, keep) || suffix;
+            taken := to_regclass(format('%I.%I', schema_name, part_name));
+            IF taken IS NOT NULL AND NOT EXISTS (SELECT FROM pg_class c WHERE c.oid = taken) THEN
+                -- Made by a transaction that committed after this one's snapshot was taken
+                -- (REPEATABLE READ or SERIALIZABLE): this one cannot see what it made.
+                RAISE EXCEPTION USING ERRCODE = 'serialization_failure',
+                    MESSAGE = format('could not create partition %I.%I of %s because of a concurrent snowflake_create_partitions', schema_name, part_name, parent),
+                    DETAIL = 'Another transaction created it after this transaction''s snapshot was taken.',
+                    HINT = 'Retry the transaction.';
+            END IF;
+            IF taken IS NOT NULL THEN
+                RAISE EXCEPTION USING ERRCODE = 'duplicate_table',
+                    MESSAGE = format('cannot create partition %I.%I of %s: the name is taken', schema_name, part_name, parent),
+                    DETAIL = format('The partition of %s to %s (UTC) is named after its parent%s, and another table already has that name.',
+                                    lower_ts AT TIME ZONE 'UTC', upper_ts AT TIME ZONE 'UTC',
+                                    CASE WHEN keep < length(base_name) THEN ' (shortened to fit max_identifier_length)' ELSE '' END),
+                    HINT = 'Rename the other table, or give the parent a shorter name; nothing was created.';
+            END IF;
+            -- An overlap with a partition of other bounds is PostgreSQL's own error, and rolls
+            -- back every partition this call made.
+            EXECUTE format('CREATE TABLE %I.%I PARTITION OF %s FOR VALUES FROM (%s) TO (%s)',
+                           schema_name, part_name, parent, lo, hi);
+            made := made || format('%I.%I', schema_name, part_name)::regclass;
+        END IF;
+        lower_ts := upper_ts;
+    END LOOP;
+    RETURN made;
+END
+$fn$;
+CREATE OR REPLACE FUNCTION _snowflake_drop_partitions(parent regclass, older_than timestamptz)
+RETURNS text[]
+LANGUAGE plpgsql VOLATILE STRICT PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    cutoff bigint;
+    p record;
+    part_name text;
+    dropped text[] := '{}';
+BEGIN
+    IF NOT EXISTS (SELECT FROM pg_class c
+                    WHERE c.oid = parent
+                      AND c.relowner = (SELECT r.oid FROM pg_roles r WHERE r.rolname = current_user)) THEN
+        RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+            MESSAGE = format('_snowflake_drop_partitions runs only as the owner of %s', parent),
+            HINT = 'Call snowflake_drop_partitions(), which acts as the table''s owner.';
+    END IF;
+    -- Only a table whose every partition has snowflake time bounds: each bound the first ID of
+    -- a millisecond, snowflake_min_id() of some time, which is a multiple of 2^22 = 4194304. A
+    -- table partitioned on other keys (a bigserial's 1..1000, 1000..2000) would otherwise have
+    -- every partition "before" the cutoff: it is refused whole, and nothing is dropped.
+    FOR p IN SELECT * FROM @extschema@.snowflake_partitions(parent)
+              WHERE from_id < 0 OR from_id % 4194304 <> 0 OR to_id < 0 OR to_id % 4194304 <> 0
+              LIMIT 1 LOOP
+        RAISE EXCEPTION USING ERRCODE = 'wrong_object_type',
+            MESSAGE = format('partition %s of %s does not have snowflake time bounds', p.partition, parent),
+            DETAIL = format('Its bounds are FROM (%s) TO (%s). A snowflake time partition is bounded by snowflake_min_id() of its start and end: the first ID of a millisecond, a multiple of 4194304 (2^22).',
+                            coalesce(p.from_id::text, 'MINVALUE'), coalesce(p.to_id::text, 'MAXVALUE')),
+            HINT = 'snowflake_drop_partitions only drops partitions of tables keyed by snowflake IDs (made by snowflake_create_partitions, or pg_partman with an interval of whole milliseconds); nothing was dropped. Drop other partitions with DROP TABLE.';
+    END LOOP;
+    -- A cut-off before the epoch covers no ID: nothing is dropped (the daily job of a young
+    -- epoch asks for 90 days ago). One past the layout's last millisecond covers every ID.
+    IF older_than <= @extschema@.snowflake_timestamp(0) THEN
+        RETURN dropped;
+    ELSIF older_than > @extschema@.snowflake_timestamp(9223372036854775807) THEN
+        cutoff := 9223372036854775807;
+    ELSE
+        cutoff := @extschema@.snowflake_min_id(older_than);
+    END IF;
+    FOR p IN SELECT * FROM @extschema@.snowflake_partitions(parent)
+              WHERE to_id IS NOT NULL AND to_id <= cutoff ORDER BY to_id LOOP
+        part_name := p.partition::text;
+        EXECUTE format('DROP TABLE %s', p.partition);
+        dropped := dropped || part_name;
+    END LOOP;
+    RETURN dropped;
+END
+$fn$;

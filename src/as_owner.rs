@@ -81,6 +81,22 @@ fn owner_for(rel: pg_sys::Oid, function: &str) -> pg_sys::Oid {
     owner
 }
 
+/// The functions that read a table's largest key lock its writers out first, and the statement
+/// that reads it must see every key committed before the lock: in READ COMMITTED it takes its
+/// snapshot after the lock, in REPEATABLE READ and SERIALIZABLE the transaction's snapshot may be
+/// older (and would miss them: an identity or a floor below an existing key).
+fn require_read_committed(function: &str) {
+    // SAFETY: a plain read of the transaction's isolation level.
+    if unsafe { pg_sys::XactIsoLevel } >= pg_sys::XACT_REPEATABLE_READ as i32 {
+        errors::raise(
+            PgSqlErrorCode::ERRCODE_INVALID_TRANSACTION_STATE,
+            format!("{function} cannot run in a REPEATABLE READ or SERIALIZABLE transaction"),
+            Some("It reads the table's largest key after locking out its writers; a transaction snapshot taken before the lock could miss keys committed since.".into()),
+            Some("Run it in a READ COMMITTED transaction (the default), for example on its own."),
+        )
+    }
+}
+
 /// Runs `f` as `owner`, in a security-restricted operation with a safe search_path, as
 /// PostgreSQL's maintenance commands do. An error inside rolls back the user and the settings
 /// with the (sub)transaction it aborts.
@@ -155,6 +171,7 @@ fn snowflake_adopt(tbl: pg_sys::Oid, col: &std::ffi::CStr) -> Option<i64> {
     // A `name` is a NUL-terminated array of bytes: passed on as it came.
     let col = pg_sys::Datum::from(col.as_ptr());
     let owner = owner_for(tbl, "snowflake_adopt()");
+    require_read_committed("snowflake_adopt()");
     let tbl_datum = pg_sys::Datum::from(tbl);
     // Checks, locks the table against writers, reads its largest key.
     let max = as_owner(owner, || {
@@ -199,6 +216,7 @@ fn snowflake_adopt(tbl: pg_sys::Oid, col: &std::ffi::CStr) -> Option<i64> {
 fn snowflake_set_floor_from(tbl: pg_sys::Oid, col: &std::ffi::CStr) -> Option<i64> {
     let col = pg_sys::Datum::from(col.as_ptr());
     let owner = owner_for(tbl, "snowflake_set_floor_from()");
+    require_read_committed("snowflake_set_floor_from()");
     let max = as_owner(owner, || {
         array::<i64, _>(
             call("_snowflake_max_key", &[tbl.into(), col, false.into()]),
@@ -219,6 +237,7 @@ fn snowflake_set_floor_from(tbl: pg_sys::Oid, col: &std::ffi::CStr) -> Option<i6
 fn snowflake_unadopt(tbl: pg_sys::Oid, col: &std::ffi::CStr) -> Option<i64> {
     let col = pg_sys::Datum::from(col.as_ptr());
     let owner = owner_for(tbl, "snowflake_unadopt()");
+    require_read_committed("snowflake_unadopt()");
     let max = as_owner(owner, || {
         array::<i64, _>(
             call("_snowflake_max_key", &[tbl.into(), col, true.into()]),

@@ -5,10 +5,17 @@ use crate::errors;
 use pgrx::prelude::*;
 use pgrx::PgSqlErrorCode;
 
-/// The input as ASCII, whatever the database's encoding: other bytes as `\xNN`.
+/// How much of a bad input a DETAIL quotes, in bytes: as PostgreSQL quotes a prefix of a bad
+/// value, never all of it (an input of hundreds of megabytes, each byte escaped as four, once
+/// overran the 1 GB allocation limit while the error was built, and took the server down).
+const SHOWN_BYTES: usize = 32;
+
+/// The start of the input as ASCII, whatever the database's encoding: other bytes as `\xNN`;
+/// its length in bytes when it is longer.
 fn shown(input: &[u8]) -> String {
-    input
+    let head: String = input
         .iter()
+        .take(SHOWN_BYTES)
         .map(|&b| {
             if b.is_ascii_graphic() || b == b' ' {
                 (b as char).to_string()
@@ -16,7 +23,12 @@ fn shown(input: &[u8]) -> String {
                 format!("\\x{b:02X}")
             }
         })
-        .collect()
+        .collect();
+    if input.len() > SHOWN_BYTES {
+        format!("{head}...\" ({} bytes)", input.len())
+    } else {
+        format!("{head}\"")
+    }
 }
 
 fn check<T>(r: Result<T, CodecError>, input: &[u8]) -> T {
@@ -26,12 +38,12 @@ fn check<T>(r: Result<T, CodecError>, input: &[u8]) -> T {
             // As every function of the extension does for a negative ID (see errors::layout).
             CodecError::Negative(_) => (
                 PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+                Some("Snowflake IDs are never negative: bit 63 is always 0.".into()),
                 None,
-                Some("Snowflake IDs are never negative (bit 63 is always 0)."),
             ),
             CodecError::NotAscii { form, .. } | CodecError::TooLong { form, .. } => (
                 PgSqlErrorCode::ERRCODE_INVALID_TEXT_REPRESENTATION,
-                Some(format!("The input was \"{input}\".")),
+                Some(format!("The input was \"{input}.")),
                 Some(match form {
                     Form::Base62 => "base62 uses 0-9, A-Z and a-z, and case matters.",
                     Form::Base32 => "Crockford base32 uses 0-9 and A-Z except I, L, O and U, in either case; I and L read as 1, O as 0, and hyphens (at most as many as digits) are ignored.",
@@ -39,22 +51,22 @@ fn check<T>(r: Result<T, CodecError>, input: &[u8]) -> T {
             ),
             CodecError::BadChar { form: Form::Base62, .. } => (
                 PgSqlErrorCode::ERRCODE_INVALID_TEXT_REPRESENTATION,
-                Some(format!("The input was \"{input}\".")),
+                Some(format!("The input was \"{input}.")),
                 Some("base62 uses 0-9, A-Z and a-z, and case matters."),
             ),
             CodecError::BadChar { form: Form::Base32, .. } => (
                 PgSqlErrorCode::ERRCODE_INVALID_TEXT_REPRESENTATION,
-                Some(format!("The input was \"{input}\".")),
+                Some(format!("The input was \"{input}.")),
                 Some("Crockford base32 uses 0-9 and A-Z except I, L, O and U, in either case; I and L read as 1, O as 0, and hyphens are ignored."),
             ),
             CodecError::Length { .. } => (
                 PgSqlErrorCode::ERRCODE_INVALID_TEXT_REPRESENTATION,
-                Some(format!("The input was \"{input}\".")),
+                Some(format!("The input was \"{input}.")),
                 Some("The forms are fixed-width: keep the leading zeros."),
             ),
             CodecError::TooLarge { .. } => (
                 PgSqlErrorCode::ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE,
-                Some(format!("The input was \"{input}\"; the largest ID is 9223372036854775807.")),
+                Some(format!("The input was \"{input}; the largest ID is 9223372036854775807.")),
                 None,
             ),
         };

@@ -7,7 +7,7 @@
 //! server at start-up with PostgreSQL's own message for that mistake.
 
 use crate::core::layout::{Node, MAX_DATACENTER, MAX_TIMESTAMP, MAX_WORKER, TWITTER_EPOCH_MS};
-use crate::core::time::{parse_epoch, Clock, SystemClock};
+use crate::core::time::{parse_epoch, Clock, SystemClock, LATEST_EPOCH_UNIX_MS};
 use crate::errors;
 use pgrx::guc::{GucContext, GucFlags, GucRegistry, GucSetting};
 use pgrx::{pg_guard, pg_sys, PgLogLevel, PgSqlErrorCode};
@@ -553,12 +553,18 @@ fn epoch_of(text: &str, level: PgLogLevel) -> i64 {
     unreachable!("FATAL and ERROR do not return")
 }
 
-/// Why an epoch cannot be used at clock `now` (both Unix ms): before 1970, or so long ago that its
-/// 41 bits of milliseconds are already used up.
+/// Why an epoch cannot be used at clock `now` (both Unix ms): before 1970, so long ago that its
+/// 41 bits of milliseconds are already used up, or so late that they run past PostgreSQL's last
+/// timestamp (where every sum of the epoch and an ID's time would overflow or wrap).
 pub fn epoch_problem(epoch_ms: i64, now_unix_ms: i64) -> Result<(), String> {
     if epoch_ms < 0 {
         return Err(format!(
             "The epoch is {epoch_ms} ms after 1970-01-01 UTC; it must not be before 1970."
+        ));
+    }
+    if epoch_ms > LATEST_EPOCH_UNIX_MS {
+        return Err(format!(
+            "The epoch is {epoch_ms} ms after 1970-01-01 UTC; its 41 bits of milliseconds would run past PostgreSQL's last timestamp (294276 AD), so it must be at most {LATEST_EPOCH_UNIX_MS}."
         ));
     }
     let end = epoch_ms.saturating_add(MAX_TIMESTAMP as i64);
@@ -787,5 +793,11 @@ mod tests {
         // 1970 + 69.7 years is 2039: the range of a 1970 epoch is used up in 2040.
         let y2040 = crate::core::time::parse_epoch("2040-01-01").unwrap();
         assert!(epoch_problem(0, y2040).unwrap_err().contains("ended"));
+        // The latest epoch PostgreSQL's timestamps hold whole, and one past it.
+        assert!(epoch_problem(LATEST_EPOCH_UNIX_MS, now).is_ok());
+        assert!(epoch_problem(LATEST_EPOCH_UNIX_MS + 1, now)
+            .unwrap_err()
+            .contains("294276"));
+        assert!(epoch_problem(i64::MAX, now).is_err());
     }
 }

@@ -252,7 +252,8 @@ fn foreign_object() -> Option<(String, String)> {
 }
 
 /// Waits, refusing ID generation, while `_snowflake` holds an object no superuser owns.
-fn wait_while_foreign_objects() {
+/// Returns whether it waited.
+fn wait_while_foreign_objects() -> bool {
     let mut warned = false;
     loop {
         let found = BackgroundWorker::transaction(foreign_object);
@@ -265,7 +266,7 @@ fn wait_while_foreign_objects() {
                     drop(g);
                     log!("snowflake: the objects of schema {SCHEMA} are owned by superusers again; the lease worker continues");
                 }
-                return;
+                return warned;
             }
             Some((what, owner)) => {
                 g.foreign = ForeignObject::new(&what, &owner);
@@ -285,16 +286,24 @@ fn wait_while_foreign_objects() {
 }
 
 /// Who owns the database the worker is connected to (as ASCII, other bytes escaped, as in
-/// `FOREIGN_SQL`), whether that role is a superuser, and whether the worker's schema is there
-/// already. Shared catalogs only, and `pg_namespace` last.
+/// `FOREIGN_SQL`), whether that role is a superuser, and whether a lease was written there: a sequence `_snowflake.lease_ms` that a superuser owns and that holds a
+/// mark. A schema alone is no lease: its owner can make and drop one, and the worker would then
+/// make its own there. Shared catalogs first; `to_regclass` and the sequence last.
 const DATABASE_OWNER_SQL: &str = "
     SELECT pg_catalog.encode(pg_catalog.convert_to(r.rolname::pg_catalog.text, 'UTF8'), 'escape'),
            r.rolsuper,
-           EXISTS (SELECT FROM pg_catalog.pg_namespace n
-                    WHERE n.nspname OPERATOR(pg_catalog.=) '_snowflake')
+           COALESCE((SELECT o.rolsuper FROM pg_catalog.pg_class c
+                       JOIN pg_catalog.pg_authid o ON o.oid OPERATOR(pg_catalog.=) c.relowner
+                      WHERE c.oid OPERATOR(pg_catalog.=) pg_catalog.to_regclass('_snowflake.lease_ms')
+                        AND c.relkind OPERATOR(pg_catalog.=) 'S'), false)
       FROM pg_catalog.pg_database d
       JOIN pg_catalog.pg_authid r ON r.oid OPERATOR(pg_catalog.=) d.datdba
      WHERE d.datname OPERATOR(pg_catalog.=) pg_catalog.current_database()";
+
+/// Whether the superuser's `_snowflake.lease_ms` holds a mark (checked only once the query above
+/// found it: reading someone else's relation of that name would run nothing, but could wait).
+const LEASE_WRITTEN_SQL: &str =
+    "SELECT last_value OPERATOR(pg_catalog.>) 0 FROM _snowflake.lease_ms";
 
 /// What the worker makes of the owner of `snowflake.database`, and that owner's name.
 ///
@@ -306,27 +315,37 @@ const DATABASE_OWNER_SQL: &str = "
 /// earlier release put into a database another role owns (their docs said so) is still used,
 /// with a WARNING at every start, so that an upgrade does not stop IDs without warning.
 fn database_trust() -> (DatabaseTrust, String) {
-    let (owner, superuser, has_lease) = BackgroundWorker::transaction(|| {
-        Spi::connect(|client| {
-            let (owner, superuser, has_lease) = client
-                .select(DATABASE_OWNER_SQL, Some(1), &[])
-                .expect("read the owner of the lease database")
-                .first()
-                .get_three::<String, bool, bool>()
-                .expect("read the owner of the lease database");
-            (
-                owner.unwrap_or_default(),
-                superuser.unwrap_or(false),
-                has_lease.unwrap_or(false),
-            )
-        })
-    });
+    let (owner, superuser, has_lease) = BackgroundWorker::transaction(read_trust);
     let trust = match (superuser, has_lease) {
         (true, _) => DatabaseTrust::Superuser,
         (false, true) => DatabaseTrust::Tolerated,
         (false, false) => DatabaseTrust::Refused,
     };
     (trust, owner)
+}
+
+/// `DATABASE_OWNER_SQL` and `LEASE_WRITTEN_SQL`, in the caller's transaction: (owner, whether a
+/// superuser, whether a superuser's lease was written there).
+fn read_trust() -> (String, bool, bool) {
+    let (owner, superuser, ours) = Spi::connect(|client| {
+        let (owner, superuser, ours) = client
+            .select(DATABASE_OWNER_SQL, Some(1), &[])
+            .expect("read the owner of the lease database")
+            .first()
+            .get_three::<String, bool, bool>()
+            .expect("read the owner of the lease database");
+        (
+            owner.unwrap_or_default(),
+            superuser.unwrap_or(false),
+            ours.unwrap_or(false),
+        )
+    });
+    let written = !superuser
+        && ours
+        && Spi::get_one::<bool>(LEASE_WRITTEN_SQL)
+            .expect("read the lease")
+            .unwrap_or(false);
+    (owner, superuser, written)
 }
 
 /// Records the owner of `snowflake.database` for `snowflake_node()`, and says once per change
@@ -473,6 +492,15 @@ fn missing_objects_ddl(token: i64) -> Vec<String> {
 fn create_and_read_mark() -> (i64, Option<i64>) {
     let token = random_token();
     BackgroundWorker::transaction(|| {
+        // Looked at again in the transaction that creates: the database may have been given to
+        // another role since the worker trusted it (the error restarts the worker, which then
+        // refuses the database).
+        if let (owner, false, false) = read_trust() {
+            error!(
+                "snowflake lease worker: database \"{}\" is owned by role \"{owner}\" now, not by a superuser",
+                config::database()
+            );
+        }
         let ddl = missing_objects_ddl(token);
         for statement in &ddl {
             Spi::run(statement).unwrap_or_else(|e| panic!("{statement}: {e}"));
@@ -569,8 +597,14 @@ pub extern "C-unwind" fn snowflake_lease_worker_main(_arg: pg_sys::Datum) {
     // SAFETY: registers a callback with a null argument; it runs once, at exit.
     unsafe { pg_sys::before_shmem_exit(Some(forget_worker), pg_sys::Datum::from(0usize)) };
     let mut database_said = None;
-    wait_while_untrusted_database(&mut database_said);
-    wait_while_foreign_objects();
+    // Both in turn until neither waited: a foreign schema dropped while the database is refused
+    // leaves a database the worker must still refuse (and one given away meanwhile, too).
+    loop {
+        wait_while_untrusted_database(&mut database_said);
+        if !wait_while_foreign_objects() {
+            break;
+        }
+    }
 
     let epoch = config::epoch_ms();
     let (mark, recorded_epoch) = create_and_read_mark();

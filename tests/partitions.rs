@@ -478,3 +478,114 @@ fn partition_helpers_take_any_table_name_and_nobody_elses_table() {
     }
     assert_eq!(partition_names(c, "theirs").len(), 2);
 }
+
+/// The documented daily job (partitions premade a week ahead, 90 days kept), run for every day of
+/// a year from sessions in time zones with daylight-saving changes both ways, half-hour and
+/// southern ones, and from the first days of a young epoch: it never fails, every partition is a
+/// whole UTC day, and the bounds are those of UTC midnights (1.5.0 made a 25-hour partition in
+/// New York in the autumn, then failed every day with a false 42P07; in the spring it failed at
+/// once, and Lord Howe moved the bounds to 00:30 UTC).
+#[test]
+fn the_daily_job_never_fails_in_any_time_zone() {
+    // A young epoch: the job's first 90 days ask to drop partitions older than the epoch.
+    let mut c = Cluster::new(
+        "partitions-tz",
+        "snowflake.worker_id = 9\nsnowflake.epoch = '2025-01-10 00:00:00+00'",
+    );
+    c.start();
+    c.sql(
+        "CREATE EXTENSION snowflake; CREATE TABLE ev (id bigint NOT NULL) PARTITION BY RANGE (id)",
+    );
+    let zones = [
+        "America/New_York",
+        "Europe/London",
+        "Australia/Lord_Howe",
+        "UTC",
+        "Asia/Kolkata",
+        "America/St_Johns",
+        "Pacific/Chatham",
+    ];
+    // One statement per simulated day, in one session per zone.
+    let mut script = String::new();
+    for day in 0..400 {
+        let zone = zones[day % zones.len()];
+        script.push_str(&format!(
+            "SET TimeZone = '{zone}';
+             SELECT count(*) FROM snowflake_create_partitions('ev', timestamptz '2025-01-10 13:37:00+00' + interval '{day} days', timestamptz '2025-01-10 13:37:00+00' + interval '{day} days' + interval '7 days');
+             SELECT count(*) FROM snowflake_drop_partitions('ev', timestamptz '2025-01-10 13:37:00+00' + interval '{day} days' - interval '90 days');\n"
+        ));
+    }
+    c.script(&script)
+        .unwrap_or_else(|e| panic!("the daily job failed: {}", e.raw));
+    // Every partition is one whole UTC day, from midnight to midnight.
+    assert_eq!(
+        c.sql("SET TimeZone = 'UTC'; SELECT count(*), bool_and(to_ts - from_ts = interval '24 hours'), bool_and(from_ts = date_trunc('day', from_ts)) FROM snowflake_partitions('ev')"),
+        "97|t|t"
+    );
+}
+
+/// Infinity and times past the layout are refused before any work, and a cut-off outside the
+/// layout drops nothing (before the epoch) or every bounded partition (past its end); a
+/// temporary parent is refused with its reason. (1.5.0 ran until cancelled for `infinity`,
+/// returned nothing for a `from_ts` of `-infinity`, and raised 22008 for a cut-off before the
+/// epoch, which rolled back the daily job's create too.)
+#[test]
+fn ranges_outside_the_layout_are_refused_before_any_work() {
+    let c = server();
+    c.sql("CREATE TABLE far (id bigint NOT NULL) PARTITION BY RANGE (id)");
+    for (from, to) in [
+        ("now()", "'infinity'"),
+        ("'-infinity'", "now()"),
+        ("'infinity'", "'infinity'"),
+        ("now()", "'2080-07-11 00:00:00+00'"),
+        ("'2010-11-03 00:00:00+00'", "now()"),
+    ] {
+        let e = c.sql_err(&format!(
+            "SELECT snowflake_create_partitions('far', {from}, {to})"
+        ));
+        assert_eq!(e.sqlstate, "22008", "{from} .. {to}: {}", e.raw);
+        assert_eq!(
+            c.sql("SELECT count(*) FROM snowflake_partitions('far')"),
+            "0"
+        );
+    }
+    // More steps than one call makes.
+    let e = c.sql_err(
+        "SELECT snowflake_create_partitions('far', now(), now() + interval '20 years', '1 hour')",
+    );
+    assert_eq!(e.sqlstate, "54000", "{}", e.raw);
+    c.sql("SELECT snowflake_create_partitions('far', now(), now() + interval '3 days')");
+    for cutoff in [
+        "'-infinity'",
+        "'1999-01-01 00:00:00+00'",
+        "'2010-11-04 01:42:54.657+00'",
+    ] {
+        assert_eq!(
+            c.sql(&format!(
+                "SELECT count(*) FROM snowflake_drop_partitions('far', {cutoff})"
+            )),
+            "0",
+            "{cutoff}"
+        );
+    }
+    assert_eq!(
+        c.sql("SELECT count(*) FROM snowflake_drop_partitions('far', 'infinity')"),
+        "3"
+    );
+    let e = c.sql_err("CREATE TEMPORARY TABLE tmp_ev (id bigint NOT NULL) PARTITION BY RANGE (id); SELECT snowflake_create_partitions('tmp_ev', now(), now() + interval '1 day')");
+    assert_eq!(e.sqlstate, "0A000", "{}", e.raw);
+}
+
+/// The query that finds partitions 1.5.0 made off UTC midnight finds one made so (by hand here,
+/// with the bounds of a 25-hour day in New York) and none of 1.6.0's.
+#[test]
+fn the_query_for_partitions_off_utc_finds_them() {
+    let mut c = Cluster::new("partitions-off-utc", "snowflake.worker_id = 9");
+    c.start();
+    c.sql("CREATE EXTENSION snowflake; CREATE TABLE events (id bigint NOT NULL) PARTITION BY RANGE (id)");
+    c.sql("SELECT snowflake_create_partitions('events', '2026-10-01 00:00:00+00', '2026-10-05 00:00:00+00')");
+    c.sql("CREATE TABLE events_20261101 PARTITION OF events FOR VALUES FROM (snowflake_min_id('2026-11-01 04:00:00+00')) TO (snowflake_min_id('2026-11-02 05:00:00+00'))");
+    let out = c.script(&readme_recipe("partitions-off-utc")).unwrap();
+    assert_eq!(out.lines().count(), 1, "{out}");
+    assert!(out.starts_with("events_20261101|"), "{out}");
+}

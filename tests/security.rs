@@ -913,6 +913,22 @@ fn a_lease_database_another_role_owns_is_refused_or_only_tolerated() {
     assert!(c
         .log()
         .contains("snowflake lease worker refuses database \"app\""));
+    // Mallory makes a `_snowflake` of her own and drops it again: the worker still refuses her
+    // database (1.6.0's first cut refused her schema, then made its lease there once she dropped
+    // it, and tolerated the database from then on).
+    c.try_sql_in(
+        "app",
+        "SET ROLE mallory; CREATE SCHEMA _snowflake; CREATE SEQUENCE _snowflake.lease_ms",
+    )
+    .unwrap();
+    std::thread::sleep(std::time::Duration::from_secs(5));
+    let e = refused_for_database(&c);
+    assert!(e.message.contains("role \"mallory\""), "{}", e.raw);
+    c.try_sql_in("app", "SET ROLE mallory; DROP SCHEMA _snowflake CASCADE")
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_secs(5));
+    let e = refused_for_database(&c);
+    assert!(e.message.contains("role \"mallory\""), "{}", e.raw);
     // The worker made nothing there.
     assert_eq!(
         c.try_sql_in(
@@ -944,6 +960,27 @@ fn a_lease_database_another_role_owns_is_refused_or_only_tolerated() {
         "{}",
         c.log()
     );
+}
+
+/// The functions that read a table's largest key refuse a transaction whose snapshot may be older
+/// than their lock (a key committed in between would be missed: an identity or a floor below it).
+#[test]
+fn reading_a_tables_largest_key_needs_read_committed() {
+    let mut c = Cluster::new("largest-key-isolation", "snowflake.worker_id = 9");
+    c.start();
+    c.sql("CREATE EXTENSION snowflake; CREATE TABLE t (id bigint PRIMARY KEY DEFAULT snowflake_nextval()); INSERT INTO t DEFAULT VALUES");
+    c.sql("CREATE TABLE s (id bigserial PRIMARY KEY); INSERT INTO s DEFAULT VALUES");
+    for call in [
+        "SELECT snowflake_set_floor_from('t')",
+        "SELECT snowflake_unadopt('t')",
+        "SELECT snowflake_adopt('s')",
+    ] {
+        for level in ["REPEATABLE READ", "SERIALIZABLE"] {
+            let e = c.sql_err(&format!("BEGIN ISOLATION LEVEL {level}; {call}; COMMIT"));
+            assert_eq!(e.sqlstate, "25000", "{call} in {level}: {}", e.raw);
+        }
+        c.sql(&format!("BEGIN; {call}; ROLLBACK"));
+    }
 }
 
 /// The owner of another database pulls every lever PostgreSQL gives her over her own database

@@ -238,6 +238,14 @@ fn bad_settings_stop_the_server_at_start() {
         "snowflake.epoch = '1950-01-01'",
         "it must not be before 1970",
     );
+    // An epoch whose 41 bits run past PostgreSQL's last timestamp: 1.5.0 started, and wrapped
+    // every timestamp to 1969 or raised XX000.
+    for epoch in ["9223372036854775807", "9224318016000000"] {
+        refuses_to_start(
+            &format!("snowflake.epoch = '{epoch}'"),
+            "run past PostgreSQL's last timestamp",
+        );
+    }
     refuses_to_start(
         "snowflake.max_clock_drift = '0'",
         "outside the valid range for parameter \"snowflake.max_clock_drift\"",
@@ -533,12 +541,12 @@ fn short_text_forms_sort_like_the_number_and_name_bad_characters() {
         (
             "SELECT snowflake_to_base62(-1)",
             "22023",
-            "snowflake ID -1 is negative",
+            "invalid snowflake ID -1",
         ),
         (
             "SELECT snowflake_from_base32(repeat('-', 20) || '0000000000001')",
             "22P02",
-            "has at most 26 characters with its hyphens, not 33",
+            "has at most 26 characters with its hyphens, not 33 bytes",
         ),
     ] {
         let e = s.sql_err(sql);
@@ -601,6 +609,10 @@ fn alter_system_refuses_an_epoch_that_would_stop_the_next_start() {
     for (value, detail) in [
         ("garbage", "is not a timestamp"),
         ("1950-01-01 00:00:00+00", "must not be before 1970"),
+        (
+            "9223372036854775807",
+            "run past PostgreSQL's last timestamp",
+        ),
     ] {
         let e = c.sql_err(&format!("ALTER SYSTEM SET snowflake.epoch = '{value}'"));
         assert_eq!(e.sqlstate, "22023", "{value}: {}", e.raw);

@@ -58,7 +58,7 @@ pub enum CodecError {
         byte: u8,
         position: usize,
     },
-    /// More characters than a form with its separators can have.
+    /// More bytes than a form with its separators can have (every symbol is one ASCII byte).
     TooLong { form: Form, len: usize },
     /// Not exactly `width` digits.
     Length { form: Form, digits: usize },
@@ -69,13 +69,22 @@ pub enum CodecError {
 impl fmt::Display for CodecError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            CodecError::Negative(v) => write!(f, "snowflake ID {v} is negative"),
-            CodecError::BadChar { form, ch, position } => write!(
-                f,
-                "invalid character \"{}\" at position {position} of a {} snowflake ID",
-                ch.escape_debug(),
-                form.name()
-            ),
+            // The words of every other function for a negative ID.
+            CodecError::Negative(v) => write!(f, "invalid snowflake ID {v}"),
+            // A control character shown as PostgreSQL shows a byte, `\x01`, never in Rust's
+            // escapes (BadChar holds ASCII only).
+            CodecError::BadChar { form, ch, position } => {
+                let shown = if ch.is_ascii_graphic() || *ch == ' ' {
+                    ch.to_string()
+                } else {
+                    format!("\\x{:02X}", *ch as u32)
+                };
+                write!(
+                    f,
+                    "invalid character \"{shown}\" at position {position} of a {} snowflake ID",
+                    form.name()
+                )
+            }
             CodecError::NotAscii {
                 form,
                 byte,
@@ -87,9 +96,16 @@ impl fmt::Display for CodecError {
             ),
             CodecError::TooLong { form, len } => write!(
                 f,
-                "a {} snowflake ID has at most {} characters with its hyphens, not {len}",
+                "a {} snowflake ID has at most {} characters{}, not {len} bytes",
                 form.name(),
-                2 * form.width()
+                match form {
+                    Form::Base62 => form.width(),
+                    Form::Base32 => 2 * form.width(),
+                },
+                match form {
+                    Form::Base62 => "",
+                    Form::Base32 => " with its hyphens",
+                }
             ),
             CodecError::Length { form, digits } => write!(
                 f,
@@ -159,7 +175,15 @@ fn decode(
         Form::Base62 => 62,
         Form::Base32 => 32,
     };
-    if form == Form::Base32 && text.len() > 2 * form.width() {
+    // Bounded before the bytes are looked at, so an input of any size costs the same: base32 may
+    // hold as many hyphens as digits, and no more; a base62 input of more bytes than its
+    // characters could take in any encoding (4 each) is refused at once, a shorter one is read
+    // for the first byte that is wrong, which names it.
+    let most = match form {
+        Form::Base62 => 4 * form.width(),
+        Form::Base32 => 2 * form.width(),
+    };
+    if text.len() > most {
         return Err(CodecError::TooLong {
             form,
             len: text.len(),
@@ -295,6 +319,28 @@ mod tests {
             }
         );
         assert_eq!(to_base62(-1).unwrap_err(), CodecError::Negative(-1));
+        assert_eq!(
+            to_base62(-1).unwrap_err().to_string(),
+            "invalid snowflake ID -1"
+        );
+        // A control character as PostgreSQL shows a byte, not as Rust escapes it.
+        assert_eq!(
+            from_base62("\u{1}0000000000").unwrap_err().to_string(),
+            "invalid character \"\\x01\" at position 1 of a base62 snowflake ID"
+        );
+        // Any size is refused by its length first, in bytes.
+        let huge = vec![1u8; 10_000_000];
+        assert_eq!(
+            from_base62(&huge).unwrap_err().to_string(),
+            "a base62 snowflake ID has at most 11 characters, not 10000000 bytes"
+        );
+        assert_eq!(
+            from_base32(&huge).unwrap_err(),
+            CodecError::TooLong {
+                form: Form::Base32,
+                len: 10_000_000
+            }
+        );
         assert_eq!(
             from_base62("").unwrap_err().to_string(),
             "a base62 snowflake ID has 11 characters, not 0"

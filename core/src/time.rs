@@ -4,6 +4,14 @@
 /// Milliseconds between the Unix epoch and PostgreSQL's (2000-01-01 00:00:00 UTC).
 pub const PG_EPOCH_UNIX_MS: i64 = 946_684_800_000;
 
+/// The first Unix millisecond past PostgreSQL's last timestamp (294276 AD: its `END_TIMESTAMP`,
+/// 9223371331200000000 us after 2000-01-01).
+pub const PG_END_UNIX_MS: i64 = 9_223_371_331_200_000 + PG_EPOCH_UNIX_MS;
+
+/// The latest epoch whose whole 41-bit range PostgreSQL's timestamps hold: every ID of it has a
+/// timestamp, and no sum of an epoch and a snowflake timestamp overflows.
+pub const LATEST_EPOCH_UNIX_MS: i64 = PG_END_UNIX_MS - 1 - crate::layout::MAX_TIMESTAMP as i64;
+
 /// Where the clock comes from: injected so that the policy is tested with any clock.
 pub trait Clock {
     /// Milliseconds since the Unix epoch.
