@@ -44,8 +44,8 @@ fn owner_for(rel: pg_sys::Oid, function: &str) -> pg_sys::Oid {
     let found = Spi::connect(|client| {
         client
             .select(
-                "SELECT c.relowner, pg_catalog.encode(pg_catalog.convert_to(
-                        pg_catalog.format('%s', c.oid::pg_catalog.regclass), 'UTF8'), 'escape')
+                "SELECT c.relowner,
+                        pg_catalog.textsend(pg_catalog.format('%s', c.oid::pg_catalog.regclass))
                    FROM pg_catalog.pg_class c WHERE c.oid OPERATOR(pg_catalog.=) $1",
                 None,
                 &[rel.into()],
@@ -55,7 +55,14 @@ fn owner_for(rel: pg_sys::Oid, function: &str) -> pg_sys::Oid {
             .and_then(|row| {
                 Some((
                     row.get::<pg_sys::Oid>(1).ok().flatten()?,
-                    row.get::<String>(2).ok().flatten().unwrap_or_default(),
+                    // The name's bytes, shown as ASCII with the others escaped: a SQL_ASCII
+                    // database may hold any bytes, which no conversion to UTF-8 accepts.
+                    row.get::<Vec<u8>>(2)
+                        .ok()
+                        .flatten()
+                        .unwrap_or_default()
+                        .escape_ascii()
+                        .to_string(),
                 ))
             })
     });

@@ -52,6 +52,12 @@ pub extern "C-unwind" fn _PG_init() {
         config::init_unpreloaded();
         return;
     }
+    // Rust's backtraces would go to clients in the DETAIL of an error that passes through a
+    // panic (pgrx adds one when these are set in the server's environment): forgotten here, in
+    // the postmaster, before any process of the server can capture one.
+    // SAFETY: the postmaster is single-threaded while shared_preload_libraries is processed.
+    std::env::remove_var("RUST_BACKTRACE");
+    std::env::remove_var("RUST_LIB_BACKTRACE");
     config::init_preloaded();
     generator::init();
     if config::track_horizon() {

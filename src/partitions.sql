@@ -32,7 +32,11 @@ BEGIN
     IF strategy <> 'r' OR nkeys <> 1 OR keytype IS DISTINCT FROM 'bigint'::regtype THEN
         RAISE EXCEPTION USING ERRCODE = 'wrong_object_type',
             MESSAGE = format('"%s" is not partitioned by range on one bigint column', parent),
-            DETAIL = format('Its partition key is %s.', pg_get_partkeydef(parent)),
+            -- A prefix: an expression key may be megabytes long, and every call would log it.
+            DETAIL = format('Its partition key is %s.',
+                            CASE WHEN length(pg_get_partkeydef(parent)) > 64
+                                 THEN left(pg_get_partkeydef(parent), 64) || '...'
+                                 ELSE pg_get_partkeydef(parent) END),
             HINT = 'Snowflake time partitions need PARTITION BY RANGE (id) on the bigint snowflake key.';
     END IF;
     FOR partition, bounds IN

@@ -589,3 +589,32 @@ fn the_query_for_partitions_off_utc_finds_them() {
     assert_eq!(out.lines().count(), 1, "{out}");
     assert!(out.starts_with("events_20261101|"), "{out}");
 }
+
+/// A table named with bytes that are no UTF-8 in a SQL_ASCII database gets its partitions (1.6.0's
+/// first cut converted the name to UTF-8 for its messages, and failed with 22021), and a
+/// partition key of a megabyte is quoted by a prefix (every call logged all of it).
+#[test]
+fn odd_names_and_huge_keys_get_bounded_answers() {
+    let mut c = Cluster::new("partitions-odd", "snowflake.worker_id = 9");
+    c.start();
+    c.sql("CREATE DATABASE sa ENCODING 'SQL_ASCII' LC_COLLATE 'C' LC_CTYPE 'C' TEMPLATE template0");
+    let odd = "(SELECT oid FROM pg_class WHERE relname = repeat(convert_from('\\xe9', 'SQL_ASCII'), 40))::regclass";
+    let out = c
+        .try_sql_in(
+            "sa",
+            &format!(
+                "CREATE EXTENSION snowflake;
+                 DO $$BEGIN EXECUTE format('CREATE TABLE %I (id bigint NOT NULL) PARTITION BY RANGE (id)', repeat(convert_from('\\xe9', 'SQL_ASCII'), 40)); END$$;
+                 SELECT count(*) FROM snowflake_create_partitions({odd}, now(), now() + interval '2 days');
+                 SELECT count(*) FROM snowflake_drop_partitions({odd}, 'infinity')"
+            ),
+        )
+        .unwrap_or_else(|e| panic!("{}", e.raw));
+    assert_eq!(out, "2\n2");
+    c.sql("CREATE EXTENSION snowflake");
+    c.sql("DO $$BEGIN EXECUTE format('CREATE TABLE huge (id bigint NOT NULL) PARTITION BY RANGE ((id + length(%L)))', repeat('x', 1000000)); END$$");
+    let e =
+        c.sql_err("SELECT snowflake_create_partitions('huge', now(), now() + interval '1 day')");
+    assert_eq!(e.sqlstate, "42809", "{}", &e.raw[..e.raw.len().min(300)]);
+    assert!(e.detail.len() < 200, "a DETAIL of {} bytes", e.detail.len());
+}
