@@ -190,10 +190,11 @@ fn the_traps_would_have_worked_on_a_session_that_followed_the_database_settings(
     assert_eq!(is_superuser(&c, "appowner"), "t");
 }
 
-fn refusal(c: &Cluster) -> common::PgError {
+/// The refusal of `snowflake_nextval()` whose message and DETAIL say `says`, within 30 s.
+fn refusal(c: &Cluster, says: &str) -> common::PgError {
     let mut last = None;
     let refused = common::eventually(30, || match c.try_sql("SELECT snowflake_nextval()") {
-        Err(e) if e.detail.contains("not by a superuser") => {
+        Err(e) if format!("{} {}", e.message, e.detail).contains(says) => {
             last = Some(e);
             true
         }
@@ -220,7 +221,7 @@ fn objects_the_worker_did_not_create_are_refused_until_a_superuser_fixes_them() 
     c.sql("ALTER SYSTEM SET snowflake.database = 'app'");
     c.stop("fast");
     c.start();
-    let e = refusal(&c);
+    let e = refusal(&c, "not by a superuser");
     assert_eq!(e.sqlstate, "55000", "{}", e.raw);
     assert!(
         e.detail.contains("schema _snowflake")
@@ -869,16 +870,7 @@ fn the_mark_recipe_runs_nothing_planted_in_the_lease_database() {
 }
 
 fn refused_for_database(c: &Cluster) -> common::PgError {
-    let mut last = None;
-    let refused = common::eventually(30, || match c.try_sql("SELECT snowflake_nextval()") {
-        Err(e) if e.message.contains("named by snowflake.database") => {
-            last = Some(e);
-            true
-        }
-        _ => false,
-    });
-    assert!(refused, "snowflake_nextval() was not refused:\n{}", c.log());
-    last.unwrap()
+    refusal(c, "named by snowflake.database")
 }
 
 /// A lease database that a role other than a superuser owns is refused, naming its owner, until
