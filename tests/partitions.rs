@@ -599,18 +599,23 @@ fn odd_names_and_huge_keys_get_bounded_answers() {
     c.start();
     c.sql("CREATE DATABASE sa ENCODING 'SQL_ASCII' LC_COLLATE 'C' LC_CTYPE 'C' TEMPLATE template0");
     let odd = "(SELECT oid FROM pg_class WHERE relname = repeat(convert_from('\\xe9', 'SQL_ASCII'), 40))::regclass";
-    let out = c
-        .try_sql_in(
-            "sa",
-            &format!(
-                "CREATE EXTENSION snowflake;
-                 DO $$BEGIN EXECUTE format('CREATE TABLE %I (id bigint NOT NULL) PARTITION BY RANGE (id)', repeat(convert_from('\\xe9', 'SQL_ASCII'), 40)); END$$;
-                 SELECT count(*) FROM snowflake_create_partitions({odd}, now(), now() + interval '2 days');
-                 SELECT count(*) FROM snowflake_drop_partitions({odd}, 'infinity')"
-            ),
-        )
-        .unwrap_or_else(|e| panic!("{}", e.raw));
-    assert_eq!(out, "2\n2");
+    // One statement a call: psql before 15 prints only the last result of several.
+    let sa = |sql: &str| {
+        c.try_sql_in("sa", sql)
+            .unwrap_or_else(|e| panic!("{sql}: {}", e.raw))
+    };
+    sa("CREATE EXTENSION snowflake");
+    sa("DO $$BEGIN EXECUTE format('CREATE TABLE %I (id bigint NOT NULL) PARTITION BY RANGE (id)', repeat(convert_from('\\xe9', 'SQL_ASCII'), 40)); END$$");
+    assert_eq!(
+        sa(&format!("SELECT count(*) FROM snowflake_create_partitions({odd}, now(), now() + interval '2 days')")),
+        "2"
+    );
+    assert_eq!(
+        sa(&format!(
+            "SELECT count(*) FROM snowflake_drop_partitions({odd}, 'infinity')"
+        )),
+        "2"
+    );
     c.sql("CREATE EXTENSION snowflake");
     c.sql("DO $$BEGIN EXECUTE format('CREATE TABLE huge (id bigint NOT NULL) PARTITION BY RANGE ((id + length(%L)))', repeat('x', 1000000)); END$$");
     let e =
