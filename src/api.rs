@@ -8,9 +8,6 @@ use crate::errors;
 use crate::generator::{self, DatabaseTrust};
 use pgrx::prelude::*;
 
-/// How long a call waits for the lease worker before giving up with an error.
-const LEASE_WAIT_LIMIT: std::time::Duration = std::time::Duration::from_secs(10);
-
 /// `snowflake_nextval()`, written as a bare V1 C function rather than a `#[pg_extern]`.
 ///
 /// The common path is one clock read, LWLockAcquire, a few comparisons, LWLockRelease. pgrx's
@@ -56,6 +53,7 @@ unsafe extern "C-unwind" fn nextval_slow(first: &Option<Result<Step, GenError>>)
     generator::enable_hot_path(crate::horizon::hot_slot);
     let mut pending = *first;
     let mut lease_deadline = None;
+    let mut lease_round = 0;
     let result = issue(
         // The common path's own attempt, now that it is enabled.
         || {
@@ -70,13 +68,13 @@ unsafe extern "C-unwind" fn nextval_slow(first: &Option<Result<Step, GenError>>)
                 // At most a millisecond away.
                 Step::WaitClock { .. } => unsafe { pg_sys::pg_usleep(50) },
                 Step::WaitLease { .. } => {
-                    let deadline = *lease_deadline
-                        .get_or_insert_with(|| std::time::Instant::now() + LEASE_WAIT_LIMIT);
+                    let deadline = *lease_deadline.get_or_insert_with(|| {
+                        std::time::Instant::now() + generator::LEASE_WAIT_LIMIT
+                    });
                     if std::time::Instant::now() > deadline {
                         return Err(());
                     }
-                    generator::wake_worker();
-                    unsafe { pg_sys::pg_usleep(200) };
+                    generator::nap_for_lease(&mut lease_round);
                 }
                 Step::Issued(_) => {}
             }
@@ -109,7 +107,9 @@ unsafe extern "C-unwind" fn nextval_slow(first: &Option<Result<Step, GenError>>)
             epoch_moved_later_error(recorded, epoch_ms(), behind_ms)
         }
         Err(IssueError::Gen(e)) => generator_error(e, config::epoch_ms()),
-        Err(IssueError::Wait(())) => lease_not_ready(LEASE_WAIT_LIMIT, &config::database()),
+        Err(IssueError::Wait(())) => {
+            generator::lease_not_ready(generator::LEASE_WAIT_LIMIT, &config::database())
+        }
     }
 }
 
@@ -261,18 +261,6 @@ fn generator_error(e: GenError, epoch_ms: i64) -> ! {
             Some("Move to a new table with a later snowflake.epoch."),
         ),
     }
-}
-
-fn lease_not_ready(waited: std::time::Duration, database: &str) -> ! {
-    errors::raise(
-        PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
-        "snowflake ID generator is not ready".into(),
-        Some(format!(
-            "The \"snowflake lease\" background worker has not persisted a high-water mark for the next IDs within {} s; it keeps it in the sequence _snowflake.lease_ms of database \"{database}\".",
-            waited.as_secs()
-        )),
-        Some("Check the server log for errors of the \"snowflake lease\" worker, and that the database named by snowflake.database exists."),
-    )
 }
 
 /// `snowflake.database` is owned by a role other than a superuser, and holds no lease yet.

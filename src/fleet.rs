@@ -8,13 +8,14 @@
 //! role may own, so each names its functions and operators with their schema (see [`crate::lease`]).
 
 use crate::config;
-use crate::core::fleet::{conflict, Claim, Liveness, PathEvent, PathReading, PathWatch};
+use crate::core::fleet::{conflict, Claim, CopyWatch, Liveness, PathEvent, PathReading, PathWatch};
 use crate::core::layout::{assemble, Node, MAX_SEQUENCE, MAX_TIMESTAMP};
 use crate::core::time::{pg_timestamp_to_unix_ms, unix_ms_to_pg_timestamp};
 use crate::errors;
 use crate::generator::GENERATOR;
 use pgrx::bgworkers::BackgroundWorker;
 use pgrx::prelude::*;
+use pgrx::{PgLogLevel, PgSqlErrorCode};
 
 /// Created by the lease worker with the lease, in the same transaction ([`crate::lease`]).
 pub const CLAIMS_DDL: &str = "
@@ -85,6 +86,20 @@ pub fn handover_floor(node: Node) -> Option<i64> {
     )
 }
 
+/// The timestamp field of the last lease this server recorded in its own claim (`record_lease`),
+/// 0 if none, inside the caller's transaction: a floor that a restore lowering the mark leaves
+/// alone (a dump's claims are other servers' rows).
+pub fn own_claim_lease_ms() -> u64 {
+    Spi::get_one_with_args::<i64>(
+        "SELECT lease_id FROM _snowflake.claims WHERE system_identifier OPERATOR(pg_catalog.=) $1",
+        &[system_identifier().into()],
+    )
+    .ok()
+    .flatten()
+    .and_then(|id| crate::core::layout::decompose(id).ok())
+    .map_or(0, |p| p.ms)
+}
+
 /// The highest ID this server may have issued: the last ID of its lease (or of its floor before
 /// the first lease since start-up).
 fn my_lease_id(node: Node) -> i64 {
@@ -101,19 +116,34 @@ fn my_lease_id(node: Node) -> i64 {
 /// this server has issued, and retiring a server copies it from its own claim (docs/multi-writer.md,
 /// "Retiring a node") with no arithmetic of the superuser's own. Before the first refresh since
 /// the claims table was made there is no row, and the refresh writes it.
-pub fn record_lease(node: Node, lease_ms: u64) {
-    Spi::run_with_args(
+/// Returns this server's own claim as it was before (for [`CopyWatch::observe`]) and the version
+/// (`xmin`) of the row written (for [`CopyWatch::wrote`]), if there was one.
+pub fn record_lease(node: Node, lease_ms: u64) -> (Option<Claim>, Option<i64>) {
+    let before = own_claim();
+    let version = Spi::get_one_with_args::<i64>(
         "UPDATE _snowflake.claims SET lease_id = GREATEST(lease_id, $2)
-          WHERE system_identifier OPERATOR(pg_catalog.=) $1",
+          WHERE system_identifier OPERATOR(pg_catalog.=) $1
+          RETURNING xmin::pg_catalog.text::pg_catalog.int8",
         &[
             system_identifier().into(),
             assemble(lease_ms.min(MAX_TIMESTAMP), node, MAX_SEQUENCE).into(),
         ],
-    )
-    .expect("write the lease into this server's claim");
+    );
+    // No row yet (the first refresh writes it) is `Err(InvalidPosition)` or `None`.
+    (before, version.ok().flatten())
 }
 
-/// The subscriptions of this database that carry `_snowflake.claims` here, and what their apply
+/// This server's own claim, inside the caller's transaction.
+fn own_claim() -> Option<Claim> {
+    let me = system_identifier();
+    read_claims()
+        .into_iter()
+        .find(|c| c.system_identifier == me)
+}
+
+/// The subscriptions of this database that carry `_snowflake.claims` here, or may: one that lists
+/// no table at all here (after pg_upgrade from before 17, which drops those rows, or made with
+/// `connect = false`) is watched too, its table state unknown (`'?'`), and what their apply
 /// workers are doing (`read_paths`). Two columns differ by major: PostgreSQL 14 counts no apply
 /// errors (its failing workers show as replaced ones), and from 16 a subscription may have
 /// parallel apply workers, told apart from its leader by `leader_pid`.
@@ -136,13 +166,16 @@ fn paths_sql() -> String {
                    OPERATOR(pg_catalog.*) 1000::pg_catalog.float8)::pg_catalog.int8,
                 {APPLY_ERRORS}, r.srsubstate::pg_catalog.text
            FROM pg_catalog.pg_subscription s
-           JOIN pg_catalog.pg_subscription_rel r
+           LEFT JOIN pg_catalog.pg_subscription_rel r
              ON r.srsubid OPERATOR(pg_catalog.=) s.oid
             AND r.srrelid OPERATOR(pg_catalog.=) '_snowflake.claims'::pg_catalog.regclass
            LEFT JOIN pg_catalog.pg_stat_subscription w
              ON w.subid OPERATOR(pg_catalog.=) s.oid AND w.relid IS NULL AND w.pid IS NOT NULL {LEADER_ONLY}
           WHERE s.subdbid OPERATOR(pg_catalog.=) (SELECT d.oid FROM pg_catalog.pg_database d
                                                    WHERE d.datname OPERATOR(pg_catalog.=) pg_catalog.current_database())
+            AND (r.srsubid IS NOT NULL
+                 OR NOT EXISTS (SELECT FROM pg_catalog.pg_subscription_rel x
+                                 WHERE x.srsubid OPERATOR(pg_catalog.=) s.oid))
           ORDER BY 1"
     )
 }
@@ -178,25 +211,31 @@ pub fn refresh(
     seen: Option<Claim>,
     paths: &mut PathWatch,
     liveness: &mut Liveness,
+    copies: &mut CopyWatch,
     now_ms: u64,
 ) -> Option<Claim> {
     let me = system_identifier();
     let node = config::node();
     let (dc, w) = (node.datacenter(), node.worker());
-    let (claims, readings) = BackgroundWorker::transaction(|| {
+    let expiry = config::claim_expiry_ms();
+    let (claims, readings, own, version) = BackgroundWorker::transaction(|| {
         Spi::run("SET LOCAL synchronous_commit = off").expect("set synchronous_commit");
+        // Our own row as it is now, before we write it again: a version we did not write came
+        // from another server with our system identifier (see [`CopyWatch`]).
+        let own = own_claim();
         let token = node_token();
         // Delete and insert rather than update: a peer that subscribed after our row was made
         // (copy_data = false) has no row to update, and would never learn of us. Only our own
         // row: a claim of another system identifier is another server's, whatever its token.
         // The claim's lease_id never goes down (see `record_lease`).
-        Spi::run_with_args(
+        let version = Spi::get_one_with_args::<i64>(
             "WITH old AS (DELETE FROM _snowflake.claims
                            WHERE system_identifier OPERATOR(pg_catalog.=) $1 RETURNING lease_id)
              INSERT INTO _snowflake.claims
                     (system_identifier, node_token, datacenter_id, worker_id, last_seen, lease_id, retired)
              VALUES ($1, $2, $3, $4, pg_catalog.now(),
-                     GREATEST($5, (SELECT pg_catalog.max(old.lease_id) FROM old)), false)",
+                     GREATEST($5, (SELECT pg_catalog.max(old.lease_id) FROM old)), false)
+             RETURNING xmin::pg_catalog.text::pg_catalog.int8",
             &[
                 me.into(),
                 token.into(),
@@ -205,9 +244,12 @@ pub fn refresh(
                 my_lease_id(node).into(),
             ],
         )
-        .expect("write this server's claim");
-        (read_claims(), read_paths())
+        .expect("write this server's claim")
+        .expect("the claim's version");
+        (read_claims(), read_paths(), own, version)
     });
+    copies.observe(now_ms, own);
+    copies.wrote(version);
     for event in paths.observe(now_ms, readings) {
         match event {
             PathEvent::Broke { subscription, why } => warning!(
@@ -221,10 +263,17 @@ pub fn refresh(
     }
     liveness.observe(now_ms, &claims);
     let stale = paths.claims_may_be_stale(now_ms);
-    let expiry = config::claim_expiry_ms();
+    if let Some(c) = copies.announce(now_ms, expiry, stale) {
+        copy_warning(dc, w, &c);
+    }
     let live = |c: &Claim| liveness.live(c, now_ms, expiry);
-    let found = conflict(me, dc, w, &claims, |c| stale || live(c));
-    let only_because_stale = found.is_some() && conflict(me, dc, w, &claims, live).is_none();
+    // A copy of this server on its own pair first: it issues exactly our IDs.
+    let copy_here = copies
+        .copy(now_ms, expiry, stale)
+        .filter(|c| c.datacenter == dc && c.worker == w);
+    let found = copy_here.or_else(|| conflict(me, dc, w, &claims, |c| stale || live(c)));
+    let only_because_stale =
+        copy_here.is_none() && found.is_some() && conflict(me, dc, w, &claims, live).is_none();
     {
         let mut g = GENERATOR.exclusive();
         g.state.set_refused(found.is_some());
@@ -232,6 +281,9 @@ pub fn refresh(
         g.claims_stale = only_because_stale;
     }
     match (seen, found) {
+        (None, Some(c)) if c.system_identifier == me => warning!(
+            "snowflake datacenter_id {dc} and worker_id {w} are also used by another server with this server's own system identifier {me} (a physical copy): snowflake_nextval() refuses until its claims stop arriving"
+        ),
         (None, Some(c)) => warning!(
             "snowflake datacenter_id {dc} and worker_id {w} are also claimed by the server with system identifier {}: snowflake_nextval() refuses until that claim is gone",
             c.system_identifier
@@ -258,6 +310,15 @@ pub fn refuse() -> ! {
     let seen = last_seen(&other)
         .map(|t| t.to_string())
         .unwrap_or_else(|| format!("{} ms after 1970", other.last_seen_unix_ms));
+    if other.system_identifier == system_identifier() {
+        copy_claimed(
+            node.datacenter(),
+            node.worker(),
+            other.system_identifier,
+            &seen,
+            config::claim_expiry_ms() / 1000,
+        )
+    }
     node_claimed(
         node.datacenter(),
         node.worker(),
@@ -295,5 +356,50 @@ fn node_claimed(
         Some(&format!(
             "Give one of the two servers another snowflake.worker_id (or datacenter_id) and restart it. If the other server no longer runs, its claim expires once this server has seen it unchanged for {expiry_s} s, or retire it now (it stays as the floor for this pair): UPDATE _snowflake.claims SET retired = true WHERE system_identifier = {other_system_identifier}."
         )),
+    )
+}
+
+/// The claim of another server with this server's own system identifier arrived here (see
+/// [`CopyWatch`]): said once per sighting, whatever pair it is on.
+fn copy_warning(datacenter: u32, worker: u32, copy: &Claim) {
+    let same = copy.datacenter == datacenter && copy.worker == worker;
+    errors::report(
+        PgLogLevel::WARNING,
+        PgSqlErrorCode::ERRCODE_WARNING,
+        format!(
+            "snowflake: another server with this server's system identifier {} writes claims that reach this server",
+            copy.system_identifier
+        ),
+        Some(format!(
+            "A version of this server's own row in _snowflake.claims that this server did not write arrived, with datacenter_id {} and worker_id {}: only a physical copy of this server (a pg_basebackup or snapshot started beside it, a standby promoted while it runs) writes that row.{}",
+            copy.datacenter,
+            copy.worker,
+            if same {
+                " It uses this server's pair, so both issue the same IDs: this server refuses."
+            } else {
+                " The fleet check cannot tell the two apart (each overwrites the other's claim)."
+            }
+        )),
+        Some("Stop the copy, or stop it from writing: a copy that must write needs a new system identifier (a new cluster made by initdb, filled by pg_dump or logical replication) and its own pair."),
+    );
+}
+
+/// A physical copy of this server uses its pair (see [`CopyWatch`]).
+fn copy_claimed(
+    datacenter: u32,
+    worker: u32,
+    system_identifier: i64,
+    last_seen: &str,
+    expiry_s: u64,
+) -> ! {
+    errors::raise(
+        PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+        format!(
+            "snowflake datacenter_id {datacenter} and worker_id {worker} are also used by a physical copy of this server"
+        ),
+        Some(format!(
+            "Another server with this server's own system identifier {system_identifier} wrote its claim on this pair, last seen at {last_seen}: a pg_basebackup or snapshot started beside this server, or a standby promoted while it runs. Both would issue the same IDs, so this server generates none until that server's claims have stopped arriving for {expiry_s} s."
+        )),
+        Some("Stop the copy. A copy that must write needs a new system identifier (a new cluster made by initdb, filled by pg_dump or logical replication) and its own pair."),
     )
 }

@@ -231,3 +231,66 @@ pub fn wake_worker() {
         unsafe { pg_sys::SetLatch(latch as *mut pg_sys::Latch) };
     }
 }
+
+/// One wait of a backend for the lease worker, with no lock held: a short sleep that doubles
+/// with every `round` up to a few milliseconds (a lease usually arrives within one WAL flush; a
+/// worker that is down or blocked is not polled thousands of times a second), then the
+/// interrupt check that lets a cancel or a termination through.
+pub fn nap_for_lease(round: &mut u32) {
+    let micros = 100u32 << (*round).min(6);
+    *round += 1;
+    wake_worker();
+    unsafe { pg_sys::pg_usleep(micros.into()) };
+    pg_sys::check_for_interrupts!();
+}
+
+/// Waits until a lease up to timestamp field `ms` is persisted (WAL-flushed by the lease
+/// worker, as every lease is before it is granted), asking the worker for one: a floor raised to
+/// `ms` survives a restart from then on, since the generator starts above the persisted lease.
+/// `Err` after `limit`.
+pub fn wait_until_persisted(ms: u64, limit: std::time::Duration) -> Result<(), ()> {
+    let deadline = std::time::Instant::now() + limit;
+    let mut round = 0;
+    loop {
+        {
+            let mut g = GENERATOR.exclusive();
+            if g.state.lease().is_none_or(|lease| lease >= ms) {
+                return Ok(());
+            }
+            g.state.want_lease();
+        }
+        if std::time::Instant::now() > deadline {
+            return Err(());
+        }
+        nap_for_lease(&mut round);
+    }
+}
+
+/// How long a call waits for the lease worker before giving up with an error.
+pub const LEASE_WAIT_LIMIT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// A call waited `waited` for a lease in vain: where to look, which differs when no lease worker
+/// has started at all (it then wrote nothing to the log).
+pub fn lease_not_ready(waited: std::time::Duration, database: &str) -> ! {
+    if GENERATOR.share().worker_pid == 0 {
+        // No worker has started since the server did: it has written nothing to the log.
+        crate::errors::raise(
+            pgrx::PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+            "snowflake ID generator is not ready".into(),
+            Some(format!(
+                "No \"snowflake lease\" background worker has started since the server started, so no high-water mark was persisted within {} s.",
+                waited.as_secs()
+            )),
+            Some("Background workers start only in a server that accepts connections (not in single-user mode) and only where max_worker_processes leaves a slot: the postmaster logs \"too many background workers\" at start-up when it does not. Raise max_worker_processes and restart."),
+        )
+    }
+    crate::errors::raise(
+        pgrx::PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+        "snowflake ID generator is not ready".into(),
+        Some(format!(
+            "The \"snowflake lease\" background worker has not persisted a high-water mark for the next IDs within {} s; it keeps it in the sequence _snowflake.lease_ms of database \"{database}\".",
+            waited.as_secs()
+        )),
+        Some("Check the server log for errors of the \"snowflake lease\" worker, and that the database named by snowflake.database exists."),
+    )
+}

@@ -23,7 +23,7 @@
 
 use crate::config;
 use crate::core::fleet::REFRESH_MS;
-use crate::core::lease::{forward_jump, restored_floor};
+use crate::core::lease::{forward_jump, restored_floor, OutsideMark};
 use crate::core::time::{Clock, SystemClock};
 use crate::errors;
 use crate::generator::{DatabaseTrust, ForeignObject, GENERATOR};
@@ -488,8 +488,9 @@ fn missing_objects_ddl(token: i64) -> Vec<String> {
     ddl
 }
 
-/// Creates what is missing (as superuser, so it is ours) and reads the mark and its epoch.
-fn create_and_read_mark() -> (i64, Option<i64>) {
+/// Creates what is missing (as superuser, so it is ours) and reads the mark, its epoch, and the
+/// timestamp field of the last lease recorded in this server's own claim (0 if none).
+fn create_and_read_mark() -> (i64, Option<i64>, u64) {
     let token = random_token();
     BackgroundWorker::transaction(|| {
         // Looked at again in the transaction that creates: the database may have been given to
@@ -514,7 +515,8 @@ fn create_and_read_mark() -> (i64, Option<i64>) {
         if let Some((what, owner)) = foreign_object() {
             error!("snowflake lease worker: {what} was made by role \"{owner}\" while the worker started");
         }
-        read_mark()
+        let (mark, epoch) = read_mark();
+        (mark, epoch, crate::fleet::own_claim_lease_ms())
     })
 }
 
@@ -530,11 +532,20 @@ fn read_mark() -> (i64, Option<i64>) {
 }
 
 /// Persists a lease: first raised above the highest ID another server may have issued on our
-/// pair (a pair handed over; see [`crate::core::fleet::handover_floor`]), in the same transaction, so that
-/// no lease is ever written without having looked. Returns the lease written, if one was needed.
-fn renew(epoch: i64, drift: u64) -> Option<u64> {
+/// pair (a pair handed over; see [`crate::core::fleet::handover_floor`]), and above a mark someone
+/// else wrote, in the same transaction, so that no lease is ever written without having looked.
+/// `own_mark` is the mark as this worker last wrote or read it (see
+/// [`crate::core::lease::outside_mark`]). Returns the lease written, if one was needed.
+fn renew(
+    epoch: i64,
+    drift: u64,
+    own_mark: &mut i64,
+    copies: &mut crate::core::fleet::CopyWatch,
+    now_ms: u64,
+) -> Option<u64> {
     let node = config::node();
-    BackgroundWorker::transaction(|| {
+    let own = *own_mark;
+    let (lease, mark, found, written, version) = BackgroundWorker::transaction(|| {
         // The commit must be flushed (and, with a synchronous standby, received there) before
         // any ID uses the lease, whatever the server's default is.
         Spi::run("SET LOCAL synchronous_commit = on").expect("set synchronous_commit");
@@ -544,29 +555,98 @@ fn renew(epoch: i64, drift: u64) -> Option<u64> {
                 .unwrap_or(0);
             GENERATOR.exclusive().state.raise_floor(ms);
         }
-        // The persisted mark may have been raised by someone else since this worker wrote it (a
-        // restore of a dump of a server whose IDs ran ahead): IDs go above it from now on.
+        // The persisted mark may have been changed by someone else since this worker wrote it
+        // (a restore of a dump): IDs go above what it says from now on.
         let (mark, recorded) = read_mark();
-        {
-            GENERATOR
-                .exclusive()
-                .state
-                .follow_raised_mark(mark, recorded, epoch);
-        }
+        let found = follow_outside_mark(mark, recorded, epoch, own);
         let now = SystemClock.now_unix_ms() - epoch;
-        let lease = GENERATOR.share().state.renewal(now, true, drift)?;
-        // The mark never goes down: not below a value written by someone else either. (GREATEST
-        // is syntax, not a function on the search_path; it compares with bigint's own btree.)
-        Spi::run_with_args(
+        let Some(lease) = GENERATOR.share().state.renewal(now, true, drift) else {
+            // (A lowered mark is written back by the next `check_mark`.)
+            return (None, mark, found, None, (None, None));
+        };
+        // The mark never goes down: not below a value written by someone else, nor below the
+        // worker's own if someone lowered it. (GREATEST is syntax, not a function on the
+        // search_path; it compares with bigint's own btree.)
+        let written = Spi::get_one_with_args::<i64>(
             "SELECT pg_catalog.setval('_snowflake.lease_ms',
-                        GREATEST($1, (SELECT last_value FROM _snowflake.lease_ms)), true),
-                    pg_catalog.setval('_snowflake.epoch_ms', $2, true)",
-            &[(epoch + lease as i64).into(), epoch.into()],
+                        GREATEST($1, $3, (SELECT last_value FROM _snowflake.lease_ms)), true)
+               FROM pg_catalog.setval('_snowflake.epoch_ms', $2, true)",
+            &[(epoch + lease as i64).into(), epoch.into(), own.into()],
         )
-        .expect("persist the lease");
-        crate::fleet::record_lease(node, lease);
-        Some(lease)
-    })
+        .expect("persist the lease")
+        .unwrap_or(epoch + lease as i64);
+        let (before, version) = crate::fleet::record_lease(node, lease);
+        (Some(lease), mark, found, Some(written), (before, version))
+    });
+    match (written, found) {
+        (Some(w), _) => *own_mark = w,
+        // Raised: followed, and the worker's own from now on. (Lowered: see `check_mark`.)
+        (None, Some(f)) if !f.lowered => *own_mark = mark,
+        _ => {}
+    }
+    if let (before, Some(v)) = version {
+        copies.observe(now_ms, before);
+        copies.wrote(v);
+    }
+    report_outside_mark(mark, found);
+    lease
+}
+
+/// Raises the generator's floor above a mark someone else wrote (see
+/// [`crate::core::lease::outside_mark`]).
+fn follow_outside_mark(
+    mark: i64,
+    recorded: Option<i64>,
+    epoch: i64,
+    own_mark: i64,
+) -> Option<OutsideMark> {
+    GENERATOR
+        .exclusive()
+        .state
+        .follow_outside_mark(mark, recorded, epoch, own_mark)
+}
+
+/// Says what the worker found in the mark that it did not write, once the transaction that
+/// answered it has its statements behind it.
+fn report_outside_mark(mark: i64, found: Option<OutsideMark>) {
+    match found {
+        Some(OutsideMark { lowered: true, .. }) => errors::report(
+            PgLogLevel::WARNING,
+            PgSqlErrorCode::ERRCODE_WARNING,
+            format!("snowflake: the persisted mark {SCHEMA}.lease_ms was lowered to {mark} by someone other than the lease worker; the worker wrote its own back"),
+            Some("A restore of a dump that includes schema _snowflake, or a setval on it, lowers the mark; after a restart with the clock behind, IDs issued before could repeat. IDs go above both values.".into()),
+            Some("Leave _snowflake out of dumps and restores (pg_dump --exclude-schema=_snowflake); raise a floor with snowflake_set_floor(), never with setval."),
+        ),
+        Some(OutsideMark { lowered: false, .. }) => log!(
+            "snowflake: the persisted mark {SCHEMA}.lease_ms was raised to {mark} from outside; IDs go above it"
+        ),
+        None => {}
+    }
+}
+
+/// Reads the mark again between renewals: a value someone else wrote is a floor at once, and a
+/// lowered one is written back at once, not at the next lease (which an idle server may not
+/// need for hours, while a restart would start from the lowered value).
+fn check_mark(epoch: i64, own_mark: &mut i64) {
+    let own = *own_mark;
+    let (mark, found) = BackgroundWorker::transaction(|| {
+        let (mark, recorded) = read_mark();
+        let found = follow_outside_mark(mark, recorded, epoch, own);
+        if found.is_some_and(|f| f.lowered) {
+            Spi::run("SET LOCAL synchronous_commit = on").expect("set synchronous_commit");
+            Spi::run_with_args(
+                "SELECT pg_catalog.setval('_snowflake.lease_ms',
+                        GREATEST($1, (SELECT last_value FROM _snowflake.lease_ms)), true)",
+                &[own.into()],
+            )
+            .expect("write the mark back");
+        }
+        (mark, found)
+    });
+    if found.is_some_and(|f| !f.lowered) {
+        *own_mark = mark;
+    }
+    report_outside_mark(mark, found);
 }
 
 #[pg_guard]
@@ -607,20 +687,36 @@ pub extern "C-unwind" fn snowflake_lease_worker_main(_arg: pg_sys::Datum) {
     }
 
     let epoch = config::epoch_ms();
-    let (mark, recorded_epoch) = create_and_read_mark();
+    let (mark, recorded_epoch, claimed_ms) = create_and_read_mark();
+    let floor = restored_floor(mark, recorded_epoch, epoch);
     {
         let mut g = GENERATOR.exclusive();
-        g.state
-            .raise_floor(restored_floor(mark, recorded_epoch, epoch));
+        g.state.raise_floor(floor);
+        // The last lease this server recorded in its own claim, in the transaction of the lease
+        // itself: above the mark only if someone lowered the mark (a restore).
+        g.state.raise_floor(claimed_ms);
         g.recorded_epoch_ms = recorded_epoch.unwrap_or(epoch);
     }
     log!("snowflake lease worker started; persisted high-water mark {mark} (Unix ms), written under the epoch {}", recorded_epoch.map_or("(not recorded)".into(), |e| e.to_string()));
+    if claimed_ms > floor {
+        errors::report(
+            PgLogLevel::WARNING,
+            PgSqlErrorCode::ERRCODE_WARNING,
+            format!("snowflake: the persisted mark {SCHEMA}.lease_ms ({mark}) is below the last lease this server recorded in its claim"),
+            Some(format!("Someone lowered the mark (a restore of a dump that includes schema {SCHEMA}, or a setval on it). IDs go above the claim's lease, {claimed_ms} ms after the epoch.")),
+            Some("Leave _snowflake out of dumps and restores (pg_dump --exclude-schema=_snowflake); raise a floor with snowflake_set_floor(), never with setval."),
+        );
+    }
+    // The mark as this worker last wrote or read it: any other value found later was written by
+    // someone else ([`crate::core::lease::outside_mark`]).
+    let mut own_mark = mark;
 
     // The claim is refreshed first: backends wait for the first lease, so after a start no ID is
     // issued before the fleet check has looked at the other servers' claims.
     let mut conflict = None;
     let mut paths = crate::core::fleet::PathWatch::default();
     let mut liveness = crate::core::fleet::Liveness::default();
+    let mut copies = crate::core::fleet::CopyWatch::default();
     let started = Instant::now();
     let mut claimed_at: Option<Instant> = None;
     let mut looked = (SystemClock.now_unix_ms(), Instant::now());
@@ -629,10 +725,12 @@ pub extern "C-unwind" fn snowflake_lease_worker_main(_arg: pg_sys::Datum) {
             // The owner may change while the worker runs (its lease is there now, so another
             // owner is tolerated with a WARNING, never a refusal).
             note_database_owner(&mut database_said);
+            check_mark(epoch, &mut own_mark);
             conflict = crate::fleet::refresh(
                 conflict,
                 &mut paths,
                 &mut liveness,
+                &mut copies,
                 started.elapsed().as_millis() as u64,
             );
             claimed_at = Some(Instant::now());
@@ -669,7 +767,13 @@ pub extern "C-unwind" fn snowflake_lease_worker_main(_arg: pg_sys::Datum) {
             g.state.renewal(now, wanted, drift)
         };
         if plan.is_some() {
-            if let Some(lease) = renew(epoch, drift) {
+            if let Some(lease) = renew(
+                epoch,
+                drift,
+                &mut own_mark,
+                &mut copies,
+                started.elapsed().as_millis() as u64,
+            ) {
                 let mut g = GENERATOR.exclusive();
                 g.state.grant_lease(lease);
                 g.issued_at_renewal = g.state.stats().issued;

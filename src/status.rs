@@ -226,7 +226,14 @@ pub fn set_floor(id: i64) {
     let now = SystemClock.now_unix_ms() - epoch_ms();
     let result = GENERATOR.exclusive().state.ensure_above(id, now, drift);
     match result {
-        Ok(_) => generator::wake_worker(),
+        // Acknowledged only once the floor is in WAL: a lease at or above it is persisted (a
+        // restart right after this call starts above it).
+        Ok(_) => {
+            let ms = crate::core::layout::decompose(id).map_or(0, |p| p.ms);
+            if generator::wait_until_persisted(ms, generator::LEASE_WAIT_LIMIT).is_err() {
+                generator::lease_not_ready(generator::LEASE_WAIT_LIMIT, &config::database())
+            }
+        }
         Err(FloorError::Negative) => errors::layout(crate::core::layout::LayoutError::NegativeId(id), epoch_ms()),
         Err(FloorError::TooFarAhead { ahead_ms, max_drift_ms }) => errors::raise(
             PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,

@@ -493,3 +493,126 @@ fn a_mark_raised_from_outside_is_never_lowered() {
     );
     c.wait_for(&above, "t", 20);
 }
+
+/// `snowflake_set_floor()` returns once its floor is durable: a clean restart right after it,
+/// with no ID issued in between, still starts above it (1.5.0 kept the floor in shared memory
+/// until the next ID wanted a lease, and the restart lost it).
+#[test]
+fn a_floor_set_survives_a_restart_before_any_write() {
+    let mut c = Cluster::new("floor-durable", "snowflake.max_clock_drift = '1h'");
+    c.start();
+    c.sql("CREATE EXTENSION snowflake");
+    c.wait_for("SELECT snowflake_nextval() > 0", "t", 20);
+    // As after a failover: the old server's last IDs lie 30 s ahead of this server's clock.
+    let floor = c.sql_i64("SELECT snowflake_max_id(now() + interval '30 s')");
+    c.sql(&format!("SELECT snowflake_set_floor({floor})"));
+    c.stop("fast");
+    c.start();
+    let next = c.sql_i64("SELECT snowflake_nextval()");
+    assert!(
+        next > floor,
+        "the floor {floor} was lost in the restart: next ID {next}"
+    );
+}
+
+/// The failover recipe's mark line raises the floor even where the server already holds a lease
+/// above the old mark (1.5.0's `setval(GREATEST(...))` then changed nothing, and the worker
+/// compared the mark with its lease, not with what it had issued: IDs went on below the mark).
+#[test]
+fn a_mark_inside_the_lease_already_held_is_a_floor() {
+    let mut c = Cluster::new("mark-in-lease", "snowflake.max_clock_drift = '1h'");
+    c.start();
+    c.sql("CREATE SCHEMA snowflake; CREATE EXTENSION snowflake SCHEMA snowflake");
+    // A lease is held (about a second ahead of the clock); the old server's mark is its end.
+    c.wait_for("SELECT snowflake.snowflake_nextval() > 0", "t", 20);
+    let old_mark = c.sql_i64("SELECT last_value FROM _snowflake.lease_ms");
+    let path = c.dir.join("raise-mark.sql");
+    std::fs::write(&path, common::readme_recipe("raise-mark")).unwrap();
+    let out = c
+        .psql_cmd("postgres")
+        .args(["-v", &format!("old_mark={old_mark}"), "-f"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let next = c.sql_i64("SELECT snowflake.snowflake_nextval()");
+    let above = c.sql_i64(&format!(
+        "SELECT snowflake.snowflake_max_id(to_timestamp({old_mark} / 1000.0))"
+    ));
+    assert!(
+        next > above,
+        "ID {next} is not above the old mark {old_mark}"
+    );
+}
+
+/// A plain dump that includes `_snowflake`, restored with psql's defaults into the server it
+/// came from, sets the mark back to the dump's value: the worker writes its own back within a
+/// few seconds, and a crash before it looks still starts above the last lease the server
+/// recorded in its claim (1.5.0 kept the lowered mark, and a restart with the clock behind
+/// repeated IDs).
+#[test]
+fn a_restored_dump_never_lowers_the_floor() {
+    let mut c = Cluster::new("dump-restore", "snowflake.max_clock_drift = '1h'");
+    c.start();
+    c.sql(TABLE);
+    c.sql("INSERT INTO t (payload) VALUES ('before the dump')");
+    let dump = c.dir.join("dump.sql");
+    let out = std::process::Command::new(common::bindir().join("pg_dump"))
+        .arg("-h")
+        .arg(&c.dir)
+        .args(["-p", &c.port.to_string(), "-U", "postgres", "-f"])
+        .arg(&dump)
+        .arg("postgres")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let dumped = std::fs::read_to_string(&dump).unwrap();
+    assert!(
+        dumped.contains("setval('_snowflake.lease_ms'"),
+        "the dump has no mark"
+    );
+    // IDs run 30 s ahead (as a server whose clock was ahead leaves them): its lease with them.
+    let floor = c.sql_i64("SELECT snowflake_max_id(now() + interval '30 s')");
+    c.sql(&format!("SELECT snowflake_set_floor({floor})"));
+    c.sql("INSERT INTO t (payload) VALUES ('ahead')");
+    let held = c.sql_i64("SELECT last_value FROM _snowflake.lease_ms");
+    let restore = || {
+        // psql's defaults: it goes on past "already exists", as a user's restore does.
+        let out = c
+            .psql_cmd("postgres")
+            .args(["-v", "ON_ERROR_STOP=0", "-f"])
+            .arg(&dump)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        c.sql_i64("SELECT last_value FROM _snowflake.lease_ms")
+    };
+    assert!(restore() < held, "the restore did not lower the mark");
+    c.wait_for(
+        &format!("SELECT last_value >= {held} FROM _snowflake.lease_ms"),
+        "t",
+        15,
+    );
+    assert!(
+        c.log().contains("was lowered to"),
+        "no WARNING for the lowered mark"
+    );
+    // Again, and a crash before the worker looks.
+    assert!(restore() < held, "the restore did not lower the mark");
+    c.stop("immediate");
+    c.start();
+    c.sql("INSERT INTO t (payload) VALUES ('after the crash')");
+    assert_all_above(&c, floor, "after the crash");
+}

@@ -751,3 +751,82 @@ fn a_claims_copy_that_never_finishes_keeps_the_conflict() {
         b.log()
     );
 }
+
+/// A subscription that lists no tables (pg_upgrade before 17 drops its rows in
+/// `pg_subscription_rel` and leaves it disabled; `connect = false` never makes them) may carry
+/// the claims: it is watched, and while it does not apply no claim on this pair expires (1.5.0
+/// saw only subscriptions with a row for the claims, and let the other holder's claim expire 15 s
+/// after a restart, with no WARNING).
+#[test]
+fn a_subscription_that_lists_no_tables_is_still_watched() {
+    let mut a = node("norel-a", 1, 5);
+    let mut b = node("norel-b", 1, 5);
+    for c in [&mut a, &mut b] {
+        c.start();
+        c.sql("CREATE EXTENSION snowflake; SELECT snowflake_nextval()");
+    }
+    a.sql("CREATE PUBLICATION pub FOR TABLE _snowflake.claims");
+    b.sql(&format!(
+        "CREATE SUBSCRIPTION sub_from_a CONNECTION '{}' PUBLICATION pub WITH (copy_data = false)",
+        a.conninfo()
+    ));
+    assert!(eventually(30, || refuses(&b)), "no refusal within 30 s");
+    // As pg_upgrade from 15 or 16 leaves it: disabled, and no table listed.
+    b.sql("ALTER SUBSCRIPTION sub_from_a DISABLE");
+    b.sql("DELETE FROM pg_subscription_rel WHERE srsubid = (SELECT oid FROM pg_subscription WHERE subname = 'sub_from_a')");
+    b.stop("fast");
+    b.start();
+    // Well past the claim's expiry (15 s), B still refuses, and says why.
+    thread::sleep(Duration::from_secs(25));
+    assert!(
+        refuses(&b),
+        "B issued IDs while the path from the other holder was not applying"
+    );
+    assert!(
+        b.log().contains("subscription \"sub_from_a\" carries _snowflake.claims to this server and is not applying"),
+        "{}",
+        b.log()
+    );
+}
+
+/// A physical copy started beside its original (here a standby promoted while its primary runs)
+/// keeps the original's system identifier and pair. Subscribed to the original's claims, it finds
+/// versions of its own row that it did not write, proof of a copy: it refuses and says so (1.5.0
+/// ignored such rows, and both issued the same IDs), until the copy's claims stop arriving.
+#[test]
+fn a_physical_copy_that_sees_its_original_refuses() {
+    let mut a = node("phys-a", 1, 5);
+    a.start();
+    a.sql("CREATE EXTENSION snowflake; SELECT snowflake_nextval(); CREATE PUBLICATION pub FOR TABLE _snowflake.claims");
+    let mut c = Cluster::standby_of(&a, "phys-copy");
+    c.start();
+    c.wait_for("SELECT pg_is_in_recovery()", "t", 30);
+    c.promote();
+    c.wait_for("SELECT snowflake_nextval() > 0", "t", 30);
+    assert_eq!(sysid(&c), sysid(&a));
+    c.sql(&format!(
+        "CREATE SUBSCRIPTION sub_from_a CONNECTION '{}' PUBLICATION pub WITH (copy_data = false)",
+        a.conninfo()
+    ));
+    assert!(
+        eventually(30, || refuses(&c)),
+        "the copy did not refuse within 30 s"
+    );
+    let e = c.sql_err("SELECT snowflake_nextval()");
+    assert!(e.message.contains("physical copy"), "{}", e.raw);
+    assert_eq!(
+        c.sql("SELECT claim_conflict_with = system_identifier FROM snowflake_node()"),
+        "t"
+    );
+    assert_eq!(
+        c.log()
+            .matches("another server with this server's system identifier")
+            .count(),
+        1,
+        "one WARNING when the copy is first seen"
+    );
+    // The path goes (dropped with its slot): once no claim of the original has arrived for the
+    // expiry (15 s), the copy issues again.
+    c.sql("DROP SUBSCRIPTION sub_from_a");
+    assert!(eventually(40, || !refuses(&c)), "the copy did not resume");
+}

@@ -135,6 +135,70 @@ pub fn handover_floor(me: i64, datacenter: u32, worker: u32, claims: &[Claim]) -
         .max()
 }
 
+/// Watches this server's own claim for versions it did not write: the proof of a physical copy.
+///
+/// Only this server writes the row of its own system identifier (its refresh, and the lease
+/// that records its last ID there); logical replication brings only rows that changed on
+/// another server. So a version of that row that this server did not write, found when it looks
+/// again, was written by another running server with the same system identifier: a
+/// pg_basebackup or snapshot started beside its original, or a standby promoted while its
+/// primary still runs. Such a sighting stays a conflict (when the copy's claim is on our pair)
+/// for `claim_expiry` after the last one, as a claim is live while it changes here.
+#[derive(Clone, Debug, Default)]
+pub struct CopyWatch {
+    /// The version (`xmin`) of the last write of this server's own row, since the worker started.
+    written: Option<i64>,
+    /// The copy's claim as last found, and when (monotonic ms).
+    seen: Option<(Claim, u64)>,
+    /// Whether the current sighting was reported (`announce`).
+    announced: bool,
+}
+
+impl CopyWatch {
+    /// This server wrote its own row, which now has `version`.
+    pub fn wrote(&mut self, version: i64) {
+        self.written = Some(version);
+    }
+
+    /// This server's own row as read at `now_ms`, before it writes it again (`None`: no row):
+    /// at every write of it, the refresh's and the lease's alike (a write of ours over the
+    /// copy's version would otherwise hide it). Returns the claim when it is a version this
+    /// server did not write.
+    pub fn observe(&mut self, now_ms: u64, own: Option<Claim>) -> Option<Claim> {
+        let (Some(written), Some(found)) = (self.written, own) else {
+            return None;
+        };
+        if found.version == written {
+            return None;
+        }
+        self.seen = Some((found, now_ms));
+        Some(found)
+    }
+
+    /// The copy's claim, while one was seen within `expiry_ms` before `now_ms`, or at any time
+    /// while claims may be stale here (`PathWatch::claims_may_be_stale`: a copy whose claims
+    /// stopped arriving cannot be told from one that stopped).
+    pub fn copy(&self, now_ms: u64, expiry_ms: u64, claims_may_be_stale: bool) -> Option<Claim> {
+        self.seen
+            .filter(|(_, at)| claims_may_be_stale || now_ms.saturating_sub(*at) < expiry_ms)
+            .map(|(c, _)| c)
+    }
+
+    /// The copy's claim once per sighting (a run of `copy` answers that are `Some`), to be
+    /// reported; arguments as for `copy`.
+    pub fn announce(
+        &mut self,
+        now_ms: u64,
+        expiry_ms: u64,
+        claims_may_be_stale: bool,
+    ) -> Option<Claim> {
+        let copy = self.copy(now_ms, expiry_ms, claims_may_be_stale);
+        let first = copy.is_some() && !self.announced;
+        self.announced = copy.is_some();
+        copy.filter(|_| first)
+    }
+}
+
 /// One subscription that carries `_snowflake.claims` to this server, as the lease worker reads
 /// it at a refresh (`pg_subscription`, `pg_stat_subscription`, `pg_stat_subscription_stats`).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -150,7 +214,8 @@ pub struct PathReading {
     pub errors: Option<i64>,
     /// The state of `_snowflake.claims` in this subscription (`pg_subscription_rel.srsubstate`):
     /// `'r'` once its copy is done. Until then the apply worker skips its changes, however well
-    /// it runs (and a copy that keeps failing leaves it so).
+    /// it runs (and a copy that keeps failing leaves it so). `'?'` when the subscription lists no
+    /// table at all here, so that it may carry the claims unseen.
     pub table_state: char,
 }
 
@@ -212,6 +277,8 @@ impl PathWatch {
             let silent = r.silent_ms.is_none_or(|ms| ms >= MIN_EXPIRY_MS);
             let why = if !r.enabled {
                 Some("it is disabled".to_string())
+            } else if r.table_state == '?' {
+                Some("it lists no tables in pg_subscription_rel (as after pg_upgrade, or when made with connect = false), so whether it brings _snowflake.claims is unknown: ALTER SUBSCRIPTION ... REFRESH PUBLICATION WITH (copy_data = false)".to_string())
             } else if r.table_state != 'r' {
                 Some(format!(
                     "its copy of _snowflake.claims is not ready (state '{}' in pg_subscription_rel)",
@@ -423,6 +490,47 @@ mod tests {
     }
 
     #[test]
+    fn a_version_of_our_own_row_we_did_not_write_is_a_copy_until_it_stops() {
+        let mut w = CopyWatch::default();
+        // Before the worker wrote anything since its start: nothing to compare with.
+        assert_eq!(w.observe(0, Some(claim(42, 1, 5, 9))), None);
+        w.wrote(10);
+        assert_eq!(w.observe(REFRESH_MS, Some(claim(42, 1, 5, 10))), None);
+        assert_eq!(
+            w.observe(REFRESH_MS, None),
+            None,
+            "a row deleted is no copy"
+        );
+        w.wrote(11);
+        // The lease recorded its ID (a write of ours), then the refresh finds another version.
+        w.wrote(12);
+        let copy = claim(42, 1, 5, 13);
+        assert_eq!(w.observe(2 * REFRESH_MS, Some(copy)), Some(copy));
+        w.wrote(14);
+        assert_eq!(w.announce(2 * REFRESH_MS, EXPIRY, false), Some(copy));
+        assert_eq!(w.announce(3 * REFRESH_MS, EXPIRY, false), None, "once");
+        assert_eq!(
+            w.copy(2 * REFRESH_MS + EXPIRY - 1, EXPIRY, false),
+            Some(copy)
+        );
+        assert_eq!(w.observe(3 * REFRESH_MS, Some(claim(42, 1, 5, 14))), None);
+        assert_eq!(
+            w.copy(2 * REFRESH_MS + EXPIRY, EXPIRY, true),
+            Some(copy),
+            "a path that does not apply may hide the copy's next claims"
+        );
+        assert_eq!(
+            w.copy(2 * REFRESH_MS + EXPIRY, EXPIRY, false),
+            None,
+            "the copy stopped"
+        );
+        assert_eq!(w.announce(2 * REFRESH_MS + EXPIRY, EXPIRY, false), None);
+        // Seen again later: reported again.
+        w.observe(100 * REFRESH_MS, Some(claim(42, 1, 5, 20)));
+        assert!(w.announce(100 * REFRESH_MS, EXPIRY, false).is_some());
+    }
+
+    #[test]
     fn a_retired_claim_never_conflicts_but_is_a_floor() {
         let tombstone = Claim {
             lease_id: 9_000_000,
@@ -607,6 +715,25 @@ mod tests {
         };
         assert_eq!(w.observe(2 * REFRESH_MS, vec![failing]), vec![]);
         assert!(w.claims_may_be_stale(2 * REFRESH_MS));
+    }
+
+    /// A subscription that lists no tables here (pg_upgrade before 17 drops its rows in
+    /// `pg_subscription_rel`; `connect = false` never made them) may carry the claims unseen:
+    /// watched, and bad until it lists them.
+    #[test]
+    fn a_subscription_that_lists_no_tables_holds_expiry_back() {
+        let mut w = PathWatch::default();
+        let unknown = PathReading {
+            table_state: '?',
+            ..reading(Some(7), Some(100), Some(0))
+        };
+        w.observe(0, vec![unknown.clone()]);
+        let events = w.observe(REFRESH_MS, vec![unknown]);
+        assert!(
+            matches!(&events[..], [PathEvent::Broke { why, .. }] if why.contains("lists no tables")),
+            "{events:?}"
+        );
+        assert!(w.claims_may_be_stale(50 * REFRESH_MS));
     }
 
     #[test]

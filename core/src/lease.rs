@@ -58,18 +58,37 @@ pub fn restored_floor(mark_unix_ms: i64, recorded_epoch_ms: Option<i64>, epoch_m
     (mark_unix_ms - recorded_epoch_ms.unwrap_or(epoch_ms)).max(0) as u64
 }
 
-/// The floor a persisted mark imposes at a renewal, if someone other than this server raised it
-/// above this server's own lease `own_lease_ms` (a restored dump of a server whose IDs ran ahead):
-/// every ID from then on goes above it, as after a restart. The worker never writes the mark
-/// lower than it finds it, so the raise also survives the next restart.
-pub fn raised_mark(
+/// What the worker makes of the persisted mark when it reads it again: whether someone other than
+/// this server's worker changed it since the worker last wrote (or first read) the value
+/// `own_unix_ms`, and if so the floor it imposes.
+///
+/// # Invariant
+///
+/// Every value found in the mark that the worker did not write itself is a floor from outside (a
+/// restore of a dump, a DBA's `setval`, a copy of another server's mark): every ID from then on
+/// goes above it, compared with what the server has issued (`State::raise_floor`), never with its
+/// lease, which may run a second ahead of what was issued. A value *below* the worker's own
+/// (`lowered`) is such a floor too, and the worker writes its own value back at once: the mark
+/// is never lowered for longer than one look.
+pub fn outside_mark(
     mark_unix_ms: i64,
     recorded_epoch_ms: Option<i64>,
     epoch_ms: i64,
-    own_lease_ms: u64,
-) -> Option<u64> {
-    let floor = restored_floor(mark_unix_ms, recorded_epoch_ms, epoch_ms);
-    (floor > own_lease_ms).then_some(floor)
+    own_unix_ms: i64,
+) -> Option<OutsideMark> {
+    (mark_unix_ms != own_unix_ms).then(|| OutsideMark {
+        floor: restored_floor(mark_unix_ms, recorded_epoch_ms, epoch_ms),
+        lowered: mark_unix_ms < own_unix_ms,
+    })
+}
+
+/// A value of the persisted mark that this server's worker did not write (see `outside_mark`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OutsideMark {
+    /// The timestamp field every ID from now on goes above.
+    pub floor: u64,
+    /// Whether the value is below the one the worker wrote: the worker writes its own back.
+    pub lowered: bool,
 }
 
 impl crate::generator::State {
@@ -78,17 +97,18 @@ impl crate::generator::State {
         renewal(now_ms, self.last_ms, self.lease_ms, wanted, max_drift_ms)
     }
 
-    /// Follows a persisted mark that someone else raised above this state's lease
-    /// (`raised_mark`): every ID from now on goes above it.
-    pub fn follow_raised_mark(
+    /// Follows a value of the persisted mark that someone else wrote (`outside_mark`): every ID
+    /// from now on goes above it. Returns what was found, `None` when the mark is the worker's own.
+    pub fn follow_outside_mark(
         &mut self,
         mark_unix_ms: i64,
         recorded_epoch_ms: Option<i64>,
         epoch_ms: i64,
-    ) {
-        if let Some(floor) = raised_mark(mark_unix_ms, recorded_epoch_ms, epoch_ms, self.lease_ms) {
-            self.raise_floor(floor);
-        }
+        own_unix_ms: i64,
+    ) -> Option<OutsideMark> {
+        let found = outside_mark(mark_unix_ms, recorded_epoch_ms, epoch_ms, own_unix_ms)?;
+        self.raise_floor(found.floor);
+        Some(found)
     }
 }
 
@@ -107,28 +127,42 @@ pub fn forward_jump(wall_advance_ms: i64, monotonic_advance_ms: i64) -> Option<u
 #[cfg(test)]
 mod tests {
     #[test]
-    fn only_a_mark_raised_above_our_own_lease_raises_the_floor() {
+    fn a_mark_someone_else_wrote_is_a_floor_compared_with_what_was_issued() {
+        use crate::generator::State;
         let epoch = 1_288_834_974_657;
-        // Our own lease, read back: nothing to do (the floor would jump to the lease's end).
+        // Our own value read back: nothing to do (the floor would jump to the lease's end).
         assert_eq!(
-            super::raised_mark(epoch + 5_000, Some(epoch), epoch, 5_000),
-            None
-        );
-        assert_eq!(
-            super::raised_mark(epoch + 4_000, Some(epoch), epoch, 5_000),
+            super::outside_mark(epoch + 5_000, Some(epoch), epoch, epoch + 5_000),
             None
         );
         // Raised by a restore: the floor follows.
         assert_eq!(
-            super::raised_mark(epoch + 9_000, Some(epoch), epoch, 5_000),
-            Some(9_000)
+            super::outside_mark(epoch + 9_000, Some(epoch), epoch, epoch + 5_000),
+            Some(OutsideMark {
+                floor: 9_000,
+                lowered: false
+            })
         );
-        // Before the first lease since start-up, the restored floor was already applied: the
-        // same value again is harmless.
+        // Lowered (a dump's setval): still a floor, and the worker writes its own back.
         assert_eq!(
-            super::raised_mark(epoch + 9_000, None, epoch, 0),
-            Some(9_000)
+            super::outside_mark(epoch + 4_000, Some(epoch), epoch, epoch + 5_000),
+            Some(OutsideMark {
+                floor: 4_000,
+                lowered: true
+            })
         );
+        // A value inside the lease but above what was issued (1.5.0 compared with the lease and
+        // ignored it): IDs go above it.
+        let mut s = State::awaiting_lease();
+        s.grant_lease(5_000);
+        s.raise_floor(3_000);
+        assert!(s
+            .follow_outside_mark(epoch + 4_500, Some(epoch), epoch, epoch + 5_000)
+            .is_some());
+        assert_eq!(s.last_ms(), 4_500);
+        // Below what was issued: no change to the state.
+        s.follow_outside_mark(epoch + 1_000, Some(epoch), epoch, epoch + 5_000);
+        assert_eq!(s.last_ms(), 4_500);
     }
 
     use super::*;
