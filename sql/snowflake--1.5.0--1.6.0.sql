@@ -111,6 +111,13 @@ BEGIN
     IF dependents IS NULL THEN
         DROP FUNCTION @extschema@.snowflake_node();
     ELSE
+        -- One left by an earlier installation that was dropped (DROP EXTENSION leaves it, being
+        -- no member): a superuser made it, and only a superuser decides what becomes of it.
+        IF pg_catalog.to_regprocedure('@extschema@.snowflake_node_1_5()') IS NOT NULL THEN
+            RAISE EXCEPTION 'snowflake_node_1_5() exists already in schema @extschema@'
+                USING DETAIL = pg_catalog.format('This update keeps snowflake_node() of 1.5.0 under that name for %s; the one there was left by an earlier installation of the extension.', dependents),
+                      HINT = 'Drop that snowflake_node_1_5() (recreating what depends on it on snowflake_node()), then update again.';
+        END IF;
         ALTER FUNCTION @extschema@.snowflake_node() RENAME TO snowflake_node_1_5;
         CREATE OR REPLACE FUNCTION @extschema@.snowflake_node_1_5() RETURNS TABLE (
             datacenter_id int, worker_id int, epoch timestamptz, max_clock_drift_ms bigint,

@@ -20,14 +20,30 @@ use pgrx::{PgLogLevel, PgSqlErrorCode};
 /// Created by the lease worker with the lease, in the same transaction ([`crate::lease`]).
 pub const CLAIMS_DDL: &str = "
     CREATE TABLE _snowflake.claims (
-        system_identifier bigint PRIMARY KEY,
+        system_identifier bigint NOT NULL,
         node_token bigint NOT NULL,
         datacenter_id integer NOT NULL,
         worker_id integer NOT NULL,
         last_seen pg_catalog.timestamptz NOT NULL,
         lease_id bigint NOT NULL DEFAULT 0,
-        retired boolean NOT NULL DEFAULT false
+        retired boolean NOT NULL DEFAULT false,
+        PRIMARY KEY (system_identifier, datacenter_id, worker_id)
     )";
+
+/// Whether the claims table is keyed by the system identifier alone (1.2.0 to 1.5.0 made it so),
+/// in the caller's transaction: then a server that moved to another pair replaced its old claim,
+/// and the floor it left on that pair with it. `KEY_BY_PAIR` fixes it.
+pub const KEYED_BY_SERVER_ONLY_SQL: &str = "
+    SELECT EXISTS (SELECT FROM pg_catalog.pg_constraint
+                    WHERE conrelid OPERATOR(pg_catalog.=) '_snowflake.claims'::pg_catalog.regclass
+                      AND contype OPERATOR(pg_catalog.=) 'p'
+                      AND pg_catalog.array_length(conkey, 1) OPERATOR(pg_catalog.=) 1)";
+
+/// Keys the claims by server and pair (a peer that has not updated yet refuses, as a unique
+/// violation, the second row of a server that moved: update every server of a mesh first).
+pub const KEY_BY_PAIR: &str = "
+    ALTER TABLE _snowflake.claims DROP CONSTRAINT claims_pkey,
+        ADD PRIMARY KEY (system_identifier, datacenter_id, worker_id)";
 
 /// The system identifier of this cluster: kept across restarts and crashes, and inherited by a
 /// physical standby, so a promoted standby continues its primary's claim.
@@ -86,12 +102,13 @@ pub fn handover_floor(node: Node) -> Option<i64> {
     )
 }
 
-/// The timestamp field of the last lease this server recorded in its own claim (`record_lease`),
-/// 0 if none, inside the caller's transaction: a floor that a restore lowering the mark leaves
+/// The timestamp field of the last lease this server recorded in its own claims (`record_lease`;
+/// one per pair it held), 0 if none, inside the caller's transaction: a floor that a restore lowering the mark leaves
 /// alone (a dump's claims are other servers' rows).
 pub fn own_claim_lease_ms() -> u64 {
     Spi::get_one_with_args::<i64>(
-        "SELECT lease_id FROM _snowflake.claims WHERE system_identifier OPERATOR(pg_catalog.=) $1",
+        "SELECT pg_catalog.max(lease_id) FROM _snowflake.claims
+          WHERE system_identifier OPERATOR(pg_catalog.=) $1",
         &[system_identifier().into()],
     )
     .ok()
@@ -119,26 +136,29 @@ fn my_lease_id(node: Node) -> i64 {
 /// Returns this server's own claim as it was before (for [`CopyWatch::observe`]) and the version
 /// (`xmin`) of the row written (for [`CopyWatch::wrote`]), if there was one.
 pub fn record_lease(node: Node, lease_ms: u64) -> (Option<Claim>, Option<i64>) {
-    let before = own_claim();
+    let before = own_claim(node);
     let version = Spi::get_one_with_args::<i64>(
         "UPDATE _snowflake.claims SET lease_id = GREATEST(lease_id, $2)
           WHERE system_identifier OPERATOR(pg_catalog.=) $1
+            AND datacenter_id OPERATOR(pg_catalog.=) $3 AND worker_id OPERATOR(pg_catalog.=) $4
           RETURNING xmin::pg_catalog.text::pg_catalog.int8",
         &[
             system_identifier().into(),
             assemble(lease_ms.min(MAX_TIMESTAMP), node, MAX_SEQUENCE).into(),
+            (node.datacenter() as i32).into(),
+            (node.worker() as i32).into(),
         ],
     );
     // No row yet (the first refresh writes it) is `Err(InvalidPosition)` or `None`.
     (before, version.ok().flatten())
 }
 
-/// This server's own claim, inside the caller's transaction.
-fn own_claim() -> Option<Claim> {
+/// This server's own claim on its pair `node`, inside the caller's transaction.
+fn own_claim(node: Node) -> Option<Claim> {
     let me = system_identifier();
-    read_claims()
-        .into_iter()
-        .find(|c| c.system_identifier == me)
+    read_claims().into_iter().find(|c| {
+        c.system_identifier == me && c.datacenter == node.datacenter() && c.worker == node.worker()
+    })
 }
 
 /// The subscriptions of this database that carry `_snowflake.claims` here, or may: one that lists
@@ -155,6 +175,11 @@ const APPLY_ERRORS: &str = "(SELECT t.apply_error_count OPERATOR(pg_catalog.+) t
                               WHERE t.subid OPERATOR(pg_catalog.=) s.oid)";
 #[cfg(any(feature = "pg14", feature = "pg15"))]
 const LEADER_ONLY: &str = "";
+// Before 16 a subscription takes every change its publisher has, whatever its origin.
+#[cfg(any(feature = "pg14", feature = "pg15"))]
+const RELAYS: &str = "true";
+#[cfg(not(any(feature = "pg14", feature = "pg15")))]
+const RELAYS: &str = "s.suborigin OPERATOR(pg_catalog.<>) 'none'";
 #[cfg(not(any(feature = "pg14", feature = "pg15")))]
 const LEADER_ONLY: &str = "AND w.leader_pid IS NULL";
 
@@ -164,7 +189,9 @@ fn paths_sql() -> String {
                 s.subenabled, w.pid,
                 (pg_catalog.date_part('epoch', pg_catalog.clock_timestamp() OPERATOR(pg_catalog.-) w.last_msg_receipt_time)
                    OPERATOR(pg_catalog.*) 1000::pg_catalog.float8)::pg_catalog.int8,
-                {APPLY_ERRORS}, r.srsubstate::pg_catalog.text
+                {APPLY_ERRORS}, r.srsubstate::pg_catalog.text,
+                (w.latest_end_lsn OPERATOR(pg_catalog.-) '0/0'::pg_catalog.pg_lsn)::pg_catalog.int8,
+                {RELAYS}
            FROM pg_catalog.pg_subscription s
            LEFT JOIN pg_catalog.pg_subscription_rel r
              ON r.srsubid OPERATOR(pg_catalog.=) s.oid
@@ -198,9 +225,16 @@ fn read_paths() -> Vec<PathReading> {
                     .flatten()
                     .and_then(|s| s.chars().next())
                     .unwrap_or('?'),
+                end_lsn: row.get::<i64>(7).ok().flatten(),
+                relays: row.get::<bool>(8).ok().flatten().unwrap_or(true),
             })
             .collect()
     })
+}
+
+/// The paths as they are now, in a transaction of their own (for [`crate::core::fleet::CatchUp`]).
+pub fn paths_now() -> Vec<PathReading> {
+    BackgroundWorker::transaction(read_paths)
 }
 
 /// Writes this server's claim, reads the others' on its pair, and sets or clears the refusal.
@@ -222,15 +256,25 @@ pub fn refresh(
         Spi::run("SET LOCAL synchronous_commit = off").expect("set synchronous_commit");
         // Our own row as it is now, before we write it again: a version we did not write came
         // from another server with our system identifier (see [`CopyWatch`]).
-        let own = own_claim();
+        let own = own_claim(node);
         let token = node_token();
         // Delete and insert rather than update: a peer that subscribed after our row was made
         // (copy_data = false) has no row to update, and would never learn of us. Only our own
         // row: a claim of another system identifier is another server's, whatever its token.
-        // The claim's lease_id never goes down (see `record_lease`).
+        // The claim's lease_id never goes down (see `record_lease`). Our claims on other pairs
+        // (we moved) stay, retired: tombstones with the last ID we issued there, a floor for
+        // whoever takes that pair next.
         let version = Spi::get_one_with_args::<i64>(
             "WITH old AS (DELETE FROM _snowflake.claims
-                           WHERE system_identifier OPERATOR(pg_catalog.=) $1 RETURNING lease_id)
+                           WHERE system_identifier OPERATOR(pg_catalog.=) $1
+                             AND datacenter_id OPERATOR(pg_catalog.=) $3
+                             AND worker_id OPERATOR(pg_catalog.=) $4
+                       RETURNING lease_id),
+                  moved AS (UPDATE _snowflake.claims SET retired = true
+                             WHERE system_identifier OPERATOR(pg_catalog.=) $1 AND NOT retired
+                               AND NOT (datacenter_id OPERATOR(pg_catalog.=) $3
+                                        AND worker_id OPERATOR(pg_catalog.=) $4)
+                         RETURNING 1)
              INSERT INTO _snowflake.claims
                     (system_identifier, node_token, datacenter_id, worker_id, last_seen, lease_id, retired)
              VALUES ($1, $2, $3, $4, pg_catalog.now(),
@@ -258,6 +302,9 @@ pub fn refresh(
             ),
             PathEvent::Recovered { subscription } => log!(
                 "snowflake: subscription \"{subscription}\" applies _snowflake.claims again"
+            ),
+            PathEvent::Relays { subscription } => log!(
+                "snowflake: subscription \"{subscription}\" carries _snowflake.claims with origin = any: a claim its publisher received from a third server arrives relayed, and is watched only as far as that publisher (subscribe to every peer's claims directly, with origin = none on PostgreSQL 16 and later)"
             ),
         }
     }
@@ -353,9 +400,15 @@ fn node_claimed(
         Some(format!(
             "The server with system identifier {other_system_identifier} claimed them, last seen at {other_last_seen}; two servers with one pair generate the same IDs, so this server generates none until that claim is gone.{stale}"
         )),
-        Some(&format!(
-            "Give one of the two servers another snowflake.worker_id (or datacenter_id) and restart it. If the other server no longer runs, its claim expires once this server has seen it unchanged for {expiry_s} s, or retire it now (it stays as the floor for this pair): UPDATE _snowflake.claims SET retired = true WHERE system_identifier = {other_system_identifier}."
-        )),
+        Some(&if claims_stale {
+            format!(
+                "Give one of the two servers another snowflake.worker_id (or datacenter_id) and restart it. If the other server no longer runs, its claim does not expire while the path is not applying: repair the path, or retire the claim now (it stays as the floor for this pair): UPDATE _snowflake.claims SET retired = true WHERE system_identifier = {other_system_identifier}."
+            )
+        } else {
+            format!(
+                "Give one of the two servers another snowflake.worker_id (or datacenter_id) and restart it. If the other server no longer runs, its claim expires once this server has seen it unchanged for {expiry_s} s, or retire it now (it stays as the floor for this pair): UPDATE _snowflake.claims SET retired = true WHERE system_identifier = {other_system_identifier}."
+            )
+        }),
     )
 }
 

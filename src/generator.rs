@@ -37,6 +37,9 @@ pub struct Shared {
     /// `note_database_owner` in [`crate::lease`]).
     pub database_owner: ForeignObject,
     pub database_trust: DatabaseTrust,
+    /// While the lease worker waits at start for the claims paths to bring the claims up to date
+    /// (see [`crate::core::fleet::CatchUp`]) before it grants the first lease.
+    pub awaiting_claims: bool,
 }
 
 /// Whether the lease worker trusts `snowflake.database`: a superuser must own it, since its
@@ -111,6 +114,7 @@ impl Default for Shared {
             recorded_epoch_ms: i64::MIN,
             database_owner: ForeignObject::NONE,
             database_trust: DatabaseTrust::Unknown,
+            awaiting_claims: false,
         }
     }
 }
@@ -272,6 +276,18 @@ pub const LEASE_WAIT_LIMIT: std::time::Duration = std::time::Duration::from_secs
 /// A call waited `waited` for a lease in vain: where to look, which differs when no lease worker
 /// has started at all (it then wrote nothing to the log).
 pub fn lease_not_ready(waited: std::time::Duration, database: &str) -> ! {
+    if GENERATOR.share().awaiting_claims {
+        crate::errors::raise(
+            pgrx::PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+            "snowflake ID generator is not ready".into(),
+            Some(format!(
+                "After a start, no ID is issued before the fleet check has seen the other servers' claims brought up to date by every subscription that carries _snowflake.claims here; they have not within {} s. The lease worker waits for them at most {} s, then issues with a WARNING.",
+                waited.as_secs(),
+                crate::core::fleet::CATCH_UP_LIMIT_MS / 1000
+            )),
+            Some("Try again in a few seconds; if it lasts, look in pg_stat_subscription for a claims subscription whose apply worker does not run."),
+        )
+    }
     if GENERATOR.share().worker_pid == 0 {
         // No worker has started since the server did: it has written nothing to the log.
         crate::errors::raise(

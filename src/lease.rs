@@ -484,6 +484,10 @@ fn missing_objects_ddl(token: i64) -> Vec<String> {
                 "ALTER TABLE {SCHEMA}.claims ADD COLUMN retired boolean NOT NULL DEFAULT false"
             ));
         }
+        // Up to 1.5.0 keyed by the server alone: a move to another pair replaced its claim.
+        if exists(crate::fleet::KEYED_BY_SERVER_ONLY_SQL) {
+            ddl.push(crate::fleet::KEY_BY_PAIR.into());
+        }
     }
     ddl
 }
@@ -717,6 +721,14 @@ pub extern "C-unwind" fn snowflake_lease_worker_main(_arg: pg_sys::Datum) {
     let mut paths = crate::core::fleet::PathWatch::default();
     let mut liveness = crate::core::fleet::Liveness::default();
     let mut copies = crate::core::fleet::CopyWatch::default();
+    let mut catch_up = crate::core::fleet::CatchUp::default();
+    // Only a start with shared memory new (a server's start, a promotion): a worker restarted
+    // while the server runs holds leases up, and IDs are already flowing.
+    let mut gated = {
+        let mut g = GENERATOR.exclusive();
+        g.awaiting_claims = g.state.lease() == Some(0);
+        g.awaiting_claims
+    };
     let started = Instant::now();
     let mut claimed_at: Option<Instant> = None;
     let mut looked = (SystemClock.now_unix_ms(), Instant::now());
@@ -759,9 +771,42 @@ pub extern "C-unwind" fn snowflake_lease_worker_main(_arg: pg_sys::Datum) {
         }
         looked = (wall, mono);
 
+        // At start, no lease (so no ID) before every claims path has brought the claims up to
+        // date and the fleet check has looked at them ([`crate::core::fleet::CatchUp`]), for at
+        // most `CATCH_UP_LIMIT_MS`.
+        if gated {
+            let readings = crate::fleet::paths_now();
+            let elapsed = started.elapsed().as_millis() as u64;
+            if catch_up.observe(&readings) {
+                if !readings.is_empty() {
+                    conflict = crate::fleet::refresh(
+                        conflict,
+                        &mut paths,
+                        &mut liveness,
+                        &mut copies,
+                        elapsed,
+                    );
+                    claimed_at = Some(Instant::now());
+                }
+                gated = false;
+            } else if elapsed >= crate::core::fleet::CATCH_UP_LIMIT_MS {
+                warning!(
+                    "snowflake: subscriptions {} carry _snowflake.claims here and have not brought them up to date within {} s of the start; IDs are issued without that proof, and a server that took this pair meanwhile is seen only once its claim arrives",
+                    catch_up.waiting().join(", "),
+                    crate::core::fleet::CATCH_UP_LIMIT_MS / 1000
+                );
+                gated = false;
+            }
+            if !gated {
+                GENERATOR.exclusive().awaiting_claims = false;
+            }
+        }
+
         let drift = config::max_clock_drift_ms();
         let now = wall - epoch;
-        let plan = {
+        let plan = if gated {
+            None
+        } else {
             let g = GENERATOR.share();
             let wanted = g.state.lease_wanted() || g.state.stats().issued != g.issued_at_renewal;
             g.state.renewal(now, wanted, drift)

@@ -345,9 +345,15 @@ fn the_removal_recipe_frees_the_tables_and_the_server() {
     let mut c = Cluster::new("removal", "snowflake.worker_id = 3");
     c.start();
     // In the schema the recipe names (see docs/security.md).
+    // Installed at 1.4.0 with a view on snowflake_node(), which the update to 1.5.0 keeps as
+    // snowflake_node_1_4() outside the extension; the view goes, the function stays.
     c.sql(
-        "CREATE SCHEMA snowflake; CREATE EXTENSION snowflake SCHEMA snowflake;
-         CREATE TABLE orders (id bigint PRIMARY KEY DEFAULT snowflake.snowflake_nextval(), item text);
+        "CREATE SCHEMA snowflake; CREATE EXTENSION snowflake VERSION '1.4.0' SCHEMA snowflake;
+         CREATE VIEW node AS SELECT * FROM snowflake.snowflake_node();
+         ALTER EXTENSION snowflake UPDATE TO '1.5.0'; DROP VIEW node; ALTER EXTENSION snowflake UPDATE;",
+    );
+    c.sql(
+        "CREATE TABLE orders (id bigint PRIMARY KEY DEFAULT snowflake.snowflake_nextval(), item text);
          CREATE TABLE notes (id bigint PRIMARY KEY, body text);
          INSERT INTO orders (item) SELECT 'old' FROM generate_series(1, 3);",
     );
@@ -364,6 +370,13 @@ fn the_removal_recipe_frees_the_tables_and_the_server() {
         c.sql("SELECT count(*) FROM pg_extension WHERE extname = 'snowflake'"),
         "0"
     );
+    // Nothing of it is left: installing it again at 1.4.0 and updating works (1.5.0's recipe
+    // left snowflake_node_1_4() behind, and that update then failed).
+    assert_eq!(
+        c.sql("SELECT count(*) FROM pg_proc WHERE proname LIKE 'snowflake%'"),
+        "0"
+    );
+    c.sql("CREATE EXTENSION snowflake VERSION '1.4.0' SCHEMA snowflake; CREATE VIEW node AS SELECT * FROM snowflake.snowflake_node(); ALTER EXTENSION snowflake UPDATE TO '1.5.0'; DROP VIEW node; DROP EXTENSION snowflake; DROP FUNCTION snowflake.snowflake_node_1_4()");
     let new = c.sql_i64("INSERT INTO orders (item) VALUES ('new') RETURNING id");
     assert!(new > max_old, "{new} is not above {max_old}");
     assert_eq!(

@@ -443,6 +443,23 @@ fn an_epoch_moved_later_is_refused_naming_both_epochs() {
     assert_eq!(c.sql_err("SELECT snowflake_nextval()").sqlstate, "55000");
 }
 
+/// Runs an SQL recipe of the docs as written, with psql's `-v old_mark=...`, as superuser.
+fn run_sql_recipe(c: &Cluster, recipe: &str, old_mark: i64) {
+    let path = c.dir.join("recipe.sql");
+    std::fs::write(&path, common::readme_recipe(recipe)).unwrap();
+    let out = c
+        .psql_cmd("postgres")
+        .args(["-v", &format!("old_mark={old_mark}"), "-f"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{recipe}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// A mark raised from outside (a restore of `_snowflake.lease_ms` from a dump of a server whose
 /// IDs ran ahead) is a floor at once, and the worker never writes the mark lower again, so the
 /// raise survives a crash (1.4.0 wrote its own lower lease over it).
@@ -458,19 +475,7 @@ fn a_mark_raised_from_outside_is_never_lowered() {
     // server whose IDs ran ahead would have left it): the floor from the table, then the mark.
     let ahead = c.sql_i64("SELECT (extract(epoch FROM now()) * 1000)::bigint + 600000");
     for recipe in ["raise-after-failover", "raise-mark"] {
-        let path = c.dir.join("raise.sql");
-        std::fs::write(&path, common::readme_recipe(recipe)).unwrap();
-        let out = c
-            .psql_cmd("postgres")
-            .args(["-v", &format!("old_mark={ahead}"), "-f"])
-            .arg(&path)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{recipe}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        run_sql_recipe(&c, recipe, ahead);
     }
     let above =
         format!("SELECT snowflake_nextval() >= snowflake_min_id(to_timestamp({ahead} / 1000.0))");
@@ -526,19 +531,7 @@ fn a_mark_inside_the_lease_already_held_is_a_floor() {
     // A lease is held (about a second ahead of the clock); the old server's mark is its end.
     c.wait_for("SELECT snowflake.snowflake_nextval() > 0", "t", 20);
     let old_mark = c.sql_i64("SELECT last_value FROM _snowflake.lease_ms");
-    let path = c.dir.join("raise-mark.sql");
-    std::fs::write(&path, common::readme_recipe("raise-mark")).unwrap();
-    let out = c
-        .psql_cmd("postgres")
-        .args(["-v", &format!("old_mark={old_mark}"), "-f"])
-        .arg(&path)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    run_sql_recipe(&c, "raise-mark", old_mark);
     let next = c.sql_i64("SELECT snowflake.snowflake_nextval()");
     let above = c.sql_i64(&format!(
         "SELECT snowflake.snowflake_max_id(to_timestamp({old_mark} / 1000.0))"

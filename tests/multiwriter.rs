@@ -830,3 +830,96 @@ fn a_physical_copy_that_sees_its_original_refuses() {
     c.sql("DROP SUBSCRIPTION sub_from_a");
     assert!(eventually(40, || !refuses(&c)), "the copy did not resume");
 }
+
+/// A server that moves to another pair leaves its claim on the old pair as a tombstone with the
+/// last ID it issued there: the server that takes that pair next continues above it (1.5.0
+/// replaced the claim, and the next holder, its clock behind the first one's IDs, repeated them).
+#[test]
+fn a_pair_moved_away_from_keeps_its_floor() {
+    let mut a = node("move-a", 1, 5);
+    a.conf("snowflake.max_clock_drift = '1h'");
+    a.start();
+    a.sql("CREATE EXTENSION snowflake; CREATE PUBLICATION pub FOR TABLE _snowflake.claims");
+    // A's IDs run 20 s ahead of the clock, as a server whose clock ran ahead leaves them.
+    let floor = a.sql_i64("SELECT snowflake_max_id(now() + interval '20 s')");
+    a.sql(&format!("SELECT snowflake_set_floor({floor})"));
+    let last_on_5 = a.sql_i64(
+        "SELECT max(x) FROM (SELECT snowflake_nextval() AS x FROM generate_series(1, 1000)) s",
+    );
+    // A moves to worker_id 6 (the later line wins).
+    a.conf("snowflake.worker_id = 6");
+    a.stop("fast");
+    a.start();
+    a.wait_for("SELECT snowflake_nextval() > 0", "t", 30);
+    // B takes (1, 5), with the claims copied from A first.
+    let mut b = node("move-b", 1, 5);
+    b.conf("snowflake.max_clock_drift = '1h'");
+    b.start();
+    b.sql("CREATE EXTENSION snowflake");
+    b.sql(&format!(
+        "CREATE SUBSCRIPTION sub_from_a CONNECTION '{}' PUBLICATION pub WITH (copy_data = true)",
+        a.conninfo()
+    ));
+    b.wait_for(
+        &format!(
+            "SELECT count(*) > 0 FROM _snowflake.claims WHERE system_identifier = {} AND worker_id = 6",
+            sysid(&a)
+        ),
+        "t",
+        30,
+    );
+    let first = b.sql_i64("SELECT snowflake_nextval()");
+    assert!(
+        first > last_on_5,
+        "B's first ID {first} on (1, 5) is not above A's last there, {last_on_5}"
+    );
+    assert_eq!(
+        b.sql("SELECT claim_conflict_with IS NULL FROM snowflake_node()"),
+        "t"
+    );
+}
+
+/// A server that comes back after another took its pair issues nothing before its claims paths
+/// have brought the claims up to date: its own table holds only what arrived before it stopped
+/// (1.5.0 read those, issued at once, and refused only at its next refresh, 5 s later: about
+/// 6,000 IDs equal to the new holder's).
+#[test]
+fn a_server_back_after_its_pair_was_taken_issues_nothing_before_fresh_claims() {
+    let mut x = node("back-x", 1, 5);
+    let mut y = node("back-y", 1, 6);
+    for c in [&mut x, &mut y] {
+        c.start();
+        c.sql("CREATE EXTENSION snowflake; SELECT snowflake_nextval()");
+    }
+    y.sql("CREATE PUBLICATION pub FOR TABLE _snowflake.claims");
+    x.sql(&format!(
+        "CREATE SUBSCRIPTION sub_from_y CONNECTION '{}' PUBLICATION pub WITH (copy_data = true)",
+        y.conninfo()
+    ));
+    x.wait_for(
+        &format!(
+            "SELECT count(*) FROM _snowflake.claims WHERE system_identifier = {}",
+            sysid(&y)
+        ),
+        "1",
+        30,
+    );
+    // X stops; Y takes (1, 5) meanwhile (its slot keeps the change for X).
+    x.stop("fast");
+    y.conf("snowflake.worker_id = 5");
+    y.stop("fast");
+    y.start();
+    y.sql("SELECT count(snowflake_nextval()) FROM generate_series(1, 1000)");
+    // X comes back while Y cannot be reached: it waits for the path (and says so) instead of
+    // issuing from the claims it had.
+    y.stop("fast");
+    x.start();
+    let e = x
+        .try_sql("SELECT count(snowflake_nextval()) FROM generate_series(1, 100000)")
+        .expect_err("X issued IDs on (1, 5) before its claims were up to date");
+    assert_eq!(e.sqlstate, "55000", "{}", e.raw);
+    assert!(e.detail.contains("fleet check"), "{}", e.raw);
+    // Y is back: once its claim arrives, X refuses on it.
+    y.start();
+    assert!(eventually(40, || refuses(&x)), "X did not see Y's claim");
+}

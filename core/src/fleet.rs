@@ -20,7 +20,8 @@
 //! left, and none expires.
 //!
 //! Each claim also carries the highest ID its server may have issued (`lease_id`, its lease), and
-//! a retired server's claim stays as a tombstone (`retired`). A server never issues below the
+//! a retired server's claim stays as a tombstone (`retired`), as does the claim on a pair its
+//! server moved away from (a claim is keyed by server *and* pair). A server never issues below the
 //! `lease_id` of another server's claim on its own pair, live, expired or retired: a pair handed
 //! from one server to another continues above every ID the previous holder issued, however far
 //! ahead of the new holder's clock those ran.
@@ -93,11 +94,21 @@ pub fn conflict(
 }
 
 /// When each claim last changed here, by this server's monotonic clock (ms since the lease
-/// worker started).
+/// worker started). A claim is one server's on one pair: a server that moved to another pair has
+/// a row for each (the old one a tombstone).
 #[derive(Clone, Debug, Default)]
 pub struct Liveness {
-    /// (system identifier, version, when that version was first seen)
-    seen: Vec<(i64, i64, u64)>,
+    /// (the claim's key, its version, when that version was first seen)
+    seen: Vec<(ClaimKey, i64, u64)>,
+}
+
+/// What tells one claim from another: its server and its pair.
+type ClaimKey = (i64, u32, u32);
+
+impl Claim {
+    fn key(&self) -> ClaimKey {
+        (self.system_identifier, self.datacenter, self.worker)
+    }
 }
 
 impl Liveness {
@@ -109,9 +120,9 @@ impl Liveness {
                 let since = self
                     .seen
                     .iter()
-                    .find(|s| s.0 == c.system_identifier && s.1 == c.version)
+                    .find(|s| s.0 == c.key() && s.1 == c.version)
                     .map_or(now_ms, |s| s.2);
-                (c.system_identifier, c.version, since)
+                (c.key(), c.version, since)
             })
             .collect();
     }
@@ -121,7 +132,7 @@ impl Liveness {
     pub fn live(&self, c: &Claim, now_ms: u64, expiry_ms: u64) -> bool {
         self.seen
             .iter()
-            .find(|s| s.0 == c.system_identifier)
+            .find(|s| s.0 == c.key())
             .is_none_or(|s| s.1 != c.version || now_ms.saturating_sub(s.2) < expiry_ms)
     }
 }
@@ -217,13 +228,90 @@ pub struct PathReading {
     /// it runs (and a copy that keeps failing leaves it so). `'?'` when the subscription lists no
     /// table at all here, so that it may carry the claims unseen.
     pub table_state: char,
+    /// The publisher's end of WAL as its last keepalive reported it
+    /// (`pg_stat_subscription.latest_end_lsn`), if any: a keepalive comes after everything the
+    /// publisher had to send up to that point.
+    pub end_lsn: Option<i64>,
+    /// Whether it takes changes whatever server they came from (`origin = any`, PostgreSQL 16 and
+    /// later; always so before 16): claims its publisher received from a third server would
+    /// arrive relayed, proven only as far as that publisher.
+    pub relays: bool,
+}
+
+/// How long the lease worker waits at start for every claims path to bring the claims up to date
+/// (`CatchUp`) before it grants the first lease anyway (with a WARNING naming the paths).
+pub const CATCH_UP_LIMIT_MS: u64 = MIN_EXPIRY_MS;
+
+/// Whether every path that brings claims here has brought them up to date since the lease worker
+/// started: no ID is issued before the fleet check has looked at claims that fresh, so that a
+/// server back after its claim was retired sees the claim of whoever took its pair meanwhile
+/// before it issues (its own table holds what arrived before it stopped).
+///
+/// A path has caught up once a reading shows it applying with a publisher's end of WAL other than
+/// the one its first reading showed: the publisher reported that end (a keepalive) after the
+/// worker started, and sent everything before it first. A live publisher writes its claim every
+/// `REFRESH_MS`, so its end moves and a keepalive follows within about that. A server without
+/// paths has caught up at once. Once every path has, it stays so: this is about the start.
+#[derive(Clone, Debug, Default)]
+pub struct CatchUp {
+    /// Each path's end of WAL at its first reading, and whether it has caught up.
+    first: Vec<(String, Option<i64>, bool)>,
+    done: bool,
+}
+
+impl CatchUp {
+    /// Takes a reading of the paths; returns whether every one has caught up.
+    pub fn observe(&mut self, readings: &[PathReading]) -> bool {
+        if self.done {
+            return true;
+        }
+        let mut all = true;
+        for r in readings {
+            let pos = self.first.iter().position(|f| f.0 == r.subscription);
+            let i = pos.unwrap_or_else(|| {
+                self.first.push((r.subscription.clone(), r.end_lsn, false));
+                self.first.len() - 1
+            });
+            let applying = r.enabled && r.apply_pid.is_some() && r.table_state == 'r';
+            let entry = &mut self.first[i];
+            if applying && pos.is_some() && r.end_lsn.is_some() && r.end_lsn != entry.1 {
+                entry.2 = true;
+            }
+            all &= entry.2;
+        }
+        self.done = all;
+        all
+    }
+
+    /// Whether every path has caught up (sticky).
+    pub fn done(&self) -> bool {
+        self.done
+    }
+
+    /// The paths that have not caught up yet, for messages.
+    pub fn waiting(&self) -> Vec<&str> {
+        self.first
+            .iter()
+            .filter(|f| !f.2)
+            .map(|f| f.0.as_str())
+            .collect()
+    }
 }
 
 /// A path that stopped carrying claims, or started again.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum PathEvent {
-    Broke { subscription: String, why: String },
-    Recovered { subscription: String },
+    Broke {
+        subscription: String,
+        why: String,
+    },
+    Recovered {
+        subscription: String,
+    },
+    /// A path that would relay claims (`PathReading::relays`), said once per path.
+    Relays {
+        subscription: String,
+    },
 }
 
 #[derive(Clone, Debug)]
@@ -306,6 +394,11 @@ impl PathWatch {
             } else {
                 0
             };
+            if r.relays && !prev.is_some_and(|p| p.last.relays) {
+                events.push(PathEvent::Relays {
+                    subscription: r.subscription.clone(),
+                });
+            }
             let was_broken = prev.is_some_and(|p| p.broken);
             let broken = !r.enabled || new_errors || bad >= 2 || (was_broken && bad > 0);
             match (was_broken, broken) {
@@ -530,6 +623,25 @@ mod tests {
         assert!(w.announce(100 * REFRESH_MS, EXPIRY, false).is_some());
     }
 
+    /// A server that moved from (1, 5) to (1, 6) leaves its old claim as a tombstone: whoever
+    /// takes (1, 5) next continues above it, and the two rows of one server are watched apart.
+    #[test]
+    fn a_pair_moved_away_from_stays_a_floor_and_its_rows_live_apart() {
+        let old = Claim {
+            retired: true,
+            lease_id: 9_000,
+            ..claim(7, 1, 5, 1)
+        };
+        let new = claim(7, 1, 6, 2);
+        assert_eq!(conflict(42, 1, 5, &[old, new], ALL_LIVE), None);
+        assert_eq!(handover_floor(42, 1, 5, &[old, new]), Some(9_000));
+        let mut l = Liveness::default();
+        l.observe(0, &[old, new]);
+        l.observe(EXPIRY, &[old, Claim { version: 3, ..new }]);
+        assert!(!l.live(&old, EXPIRY, EXPIRY));
+        assert!(l.live(&Claim { version: 3, ..new }, EXPIRY, EXPIRY));
+    }
+
     #[test]
     fn a_retired_claim_never_conflicts_but_is_a_floor() {
         let tombstone = Claim {
@@ -620,7 +732,53 @@ mod tests {
             silent_ms,
             errors,
             table_state: 'r',
+            end_lsn: Some(100),
+            relays: false,
         }
+    }
+
+    #[test]
+    fn a_path_that_relays_is_said_once() {
+        let mut w = PathWatch::default();
+        let any = PathReading {
+            relays: true,
+            ..reading(Some(7), Some(10), Some(0))
+        };
+        let events = w.observe(0, vec![any.clone()]);
+        assert!(
+            matches!(&events[..], [PathEvent::Relays { .. }]),
+            "{events:?}"
+        );
+        assert_eq!(w.observe(REFRESH_MS, vec![any]), vec![]);
+    }
+
+    #[test]
+    fn a_path_catches_up_once_its_publisher_reports_a_new_end() {
+        assert!(CatchUp::default().observe(&[]), "no paths: at once");
+        let mut c = CatchUp::default();
+        let at = |end: Option<i64>, pid: Option<i32>| PathReading {
+            end_lsn: end,
+            ..reading(pid, Some(10), Some(0))
+        };
+        // The first reading is the baseline, whatever it says.
+        assert!(!c.observe(&[at(Some(100), Some(7))]));
+        // No apply worker yet, or the same end: not yet.
+        assert!(!c.observe(&[at(Some(100), Some(7))]));
+        assert!(!c.observe(&[at(Some(200), None)]));
+        assert_eq!(c.waiting(), vec!["claims_from_b"]);
+        // A disabled path never catches up.
+        let off = PathReading {
+            enabled: false,
+            ..at(Some(300), Some(7))
+        };
+        assert!(!c.observe(&[off]));
+        assert!(c.observe(&[at(Some(300), Some(7))]));
+        // Sticky: a path that breaks later is the fleet check's business, not the start's.
+        assert!(c.observe(&[at(None, None)]));
+        // A baseline of no keepalive yet: the first one reported counts.
+        let mut c = CatchUp::default();
+        assert!(!c.observe(&[at(None, Some(7))]));
+        assert!(c.observe(&[at(Some(50), Some(7))]));
     }
 
     #[test]
