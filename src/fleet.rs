@@ -8,7 +8,10 @@
 //! role may own, so each names its functions and operators with their schema (see [`crate::lease`]).
 
 use crate::config;
-use crate::core::fleet::{conflict, Claim, CopyWatch, Liveness, PathEvent, PathReading, PathWatch};
+use crate::core::fleet::{
+    conflict, left_pairs_after, Claim, CopyWatch, LeftPair, Liveness, PathEvent, PathReading,
+    PathWatch,
+};
 use crate::core::layout::{assemble, Node, MAX_SEQUENCE, MAX_TIMESTAMP};
 use crate::core::time::{pg_timestamp_to_unix_ms, unix_ms_to_pg_timestamp};
 use crate::errors;
@@ -20,30 +23,15 @@ use pgrx::{PgLogLevel, PgSqlErrorCode};
 /// Created by the lease worker with the lease, in the same transaction ([`crate::lease`]).
 pub const CLAIMS_DDL: &str = "
     CREATE TABLE _snowflake.claims (
-        system_identifier bigint NOT NULL,
+        system_identifier bigint PRIMARY KEY,
         node_token bigint NOT NULL,
         datacenter_id integer NOT NULL,
         worker_id integer NOT NULL,
         last_seen pg_catalog.timestamptz NOT NULL,
         lease_id bigint NOT NULL DEFAULT 0,
         retired boolean NOT NULL DEFAULT false,
-        PRIMARY KEY (system_identifier, datacenter_id, worker_id)
+        left_pairs bigint[] NOT NULL DEFAULT '{}'
     )";
-
-/// Whether the claims table is keyed by the system identifier alone (1.2.0 to 1.5.0 made it so),
-/// in the caller's transaction: then a server that moved to another pair replaced its old claim,
-/// and the floor it left on that pair with it. `KEY_BY_PAIR` fixes it.
-pub const KEYED_BY_SERVER_ONLY_SQL: &str = "
-    SELECT EXISTS (SELECT FROM pg_catalog.pg_constraint
-                    WHERE conrelid OPERATOR(pg_catalog.=) '_snowflake.claims'::pg_catalog.regclass
-                      AND contype OPERATOR(pg_catalog.=) 'p'
-                      AND pg_catalog.array_length(conkey, 1) OPERATOR(pg_catalog.=) 1)";
-
-/// Keys the claims by server and pair (a peer that has not updated yet refuses, as a unique
-/// violation, the second row of a server that moved: update every server of a mesh first).
-pub const KEY_BY_PAIR: &str = "
-    ALTER TABLE _snowflake.claims DROP CONSTRAINT claims_pkey,
-        ADD PRIMARY KEY (system_identifier, datacenter_id, worker_id)";
 
 /// The system identifier of this cluster: kept across restarts and crashes, and inherited by a
 /// physical standby, so a promoted standby continues its primary's claim.
@@ -70,23 +58,74 @@ fn read_claims() -> Vec<Claim> {
                 &[],
             )
             .expect("read the claims")
-            .map(|row| {
-                let seen = row.get::<TimestampWithTimeZone>(5).ok().flatten();
-                Claim {
-                    system_identifier: row.get::<i64>(1).ok().flatten().unwrap_or(0),
-                    version: row.get::<i64>(2).ok().flatten().unwrap_or(0),
-                    datacenter: row.get::<i32>(3).ok().flatten().unwrap_or(-1) as u32,
-                    worker: row.get::<i32>(4).ok().flatten().unwrap_or(-1) as u32,
-                    // -infinity (or NULL) is long expired; +infinity never expires.
-                    last_seen_unix_ms: seen.map_or(i64::MIN, |t| {
-                        let us: i64 = t.into();
-                        pg_timestamp_to_unix_ms(us).unwrap_or(if us > 0 { i64::MAX } else { i64::MIN })
-                    }),
-                    lease_id: row.get::<i64>(6).ok().flatten().unwrap_or(0),
-                    retired: row.get::<bool>(7).ok().flatten().unwrap_or(false),
-                }
+            .map(|row| Claim {
+                system_identifier: row.get::<i64>(1).ok().flatten().unwrap_or(0),
+                version: row.get::<i64>(2).ok().flatten().unwrap_or(0),
+                datacenter: row.get::<i32>(3).ok().flatten().unwrap_or(-1) as u32,
+                worker: row.get::<i32>(4).ok().flatten().unwrap_or(-1) as u32,
+                last_seen_unix_ms: unix_ms(row.get::<TimestampWithTimeZone>(5).ok().flatten()),
+                lease_id: row.get::<i64>(6).ok().flatten().unwrap_or(0),
+                retired: row.get::<bool>(7).ok().flatten().unwrap_or(false),
             })
             .collect::<Vec<_>>()
+    })
+}
+
+/// A claim's `last_seen` in Unix ms: -infinity (or NULL) is long expired; +infinity never expires.
+fn unix_ms(seen: Option<TimestampWithTimeZone>) -> i64 {
+    seen.map_or(i64::MIN, |t| {
+        let us: i64 = t.into();
+        pg_timestamp_to_unix_ms(us).unwrap_or(if us > 0 { i64::MAX } else { i64::MIN })
+    })
+}
+
+/// The pairs the servers of the claims left (`left_pairs`), inside the caller's transaction.
+fn read_left_pairs() -> Vec<LeftPair> {
+    Spi::connect(|client| {
+        client
+            .select(
+                "SELECT c.system_identifier, l.id
+                   FROM _snowflake.claims c CROSS JOIN LATERAL pg_catalog.unnest(c.left_pairs) AS l(id)",
+                None,
+                &[],
+            )
+            .expect("read the pairs the claims left")
+            .filter_map(|row| {
+                Some(LeftPair {
+                    system_identifier: row.get::<i64>(1).ok().flatten()?,
+                    last_id: row.get::<i64>(2).ok().flatten()?,
+                })
+            })
+            .collect()
+    })
+}
+
+/// A write of this server's own claim, as `RETURNING xmin, last_seen, lease_id` gives it back:
+/// its version and its stamp, for [`CopyWatch::wrote`].
+const RETURNING_STAMP: &str =
+    "RETURNING xmin::pg_catalog.text::pg_catalog.int8, last_seen, lease_id";
+
+fn stamp_of(row: pgrx::spi::SpiHeapTupleData) -> Option<(i64, Claim)> {
+    let version = row.get::<i64>(1).ok().flatten()?;
+    Some((
+        version,
+        Claim {
+            last_seen_unix_ms: unix_ms(row.get::<TimestampWithTimeZone>(2).ok().flatten()),
+            lease_id: row.get::<i64>(3).ok().flatten().unwrap_or(0),
+            ..Claim::NONE
+        },
+    ))
+}
+
+/// Runs a statement that writes this server's own claim and returns its stamp
+/// (`RETURNING_STAMP`), inside the caller's transaction; `None` when it wrote no row.
+fn write_own_claim(sql: &str, args: &[pgrx::datum::DatumWithOid]) -> Option<(i64, Claim)> {
+    Spi::connect_mut(|client| {
+        client
+            .update(sql, None, args)
+            .expect("write this server's claim")
+            .next()
+            .and_then(stamp_of)
     })
 }
 
@@ -99,6 +138,7 @@ pub fn handover_floor(node: Node) -> Option<i64> {
         node.datacenter(),
         node.worker(),
         &claims,
+        &read_left_pairs(),
     )
 }
 
@@ -120,7 +160,16 @@ pub fn own_claim_lease_ms() -> u64 {
 /// The highest ID this server may have issued: the last ID of its lease (or of its floor before
 /// the first lease since start-up).
 fn my_lease_id(node: Node) -> i64 {
-    let ms = GENERATOR.share().state.highest_possible_ms();
+    // The lease bounds what was issued; before the first lease since start-up, the floor does (a
+    // floor raised above the lease, by `snowflake_set_floor()`, is not issued under yet, and is
+    // the lease's business: the claim must not run ahead of the persisted mark).
+    let ms = {
+        let g = GENERATOR.share();
+        match g.state.lease() {
+            Some(lease) if lease > 0 => lease.min(crate::core::layout::MAX_TIMESTAMP),
+            _ => g.state.highest_possible_ms(),
+        }
+    };
     if ms == 0 {
         0
     } else {
@@ -134,31 +183,39 @@ fn my_lease_id(node: Node) -> i64 {
 /// "Retiring a node") with no arithmetic of the superuser's own. Before the first refresh since
 /// the claims table was made there is no row, and the refresh writes it.
 /// Returns this server's own claim as it was before (for [`CopyWatch::observe`]) and the version
-/// (`xmin`) of the row written (for [`CopyWatch::wrote`]), if there was one.
-pub fn record_lease(node: Node, lease_ms: u64) -> (Option<Claim>, Option<i64>) {
-    let before = own_claim(node);
-    let version = Spi::get_one_with_args::<i64>(
-        "UPDATE _snowflake.claims SET lease_id = GREATEST(lease_id, $2)
-          WHERE system_identifier OPERATOR(pg_catalog.=) $1
-            AND datacenter_id OPERATOR(pg_catalog.=) $3 AND worker_id OPERATOR(pg_catalog.=) $4
-          RETURNING xmin::pg_catalog.text::pg_catalog.int8",
+/// and stamp of the row written (for [`CopyWatch::wrote`]), if there was one.
+pub fn record_lease(node: Node, lease_ms: u64) -> (Option<Claim>, Option<(i64, Claim)>) {
+    let before = own_claim();
+    let written = write_own_claim(
+        &format!(
+            "UPDATE _snowflake.claims SET lease_id = GREATEST(lease_id, $2)
+              WHERE system_identifier OPERATOR(pg_catalog.=) $1 {RETURNING_STAMP}"
+        ),
         &[
             system_identifier().into(),
             assemble(lease_ms.min(MAX_TIMESTAMP), node, MAX_SEQUENCE).into(),
-            (node.datacenter() as i32).into(),
-            (node.worker() as i32).into(),
         ],
     );
-    // No row yet (the first refresh writes it) is `Err(InvalidPosition)` or `None`.
-    (before, version.ok().flatten())
+    (before, written)
 }
 
-/// This server's own claim on its pair `node`, inside the caller's transaction.
-fn own_claim(node: Node) -> Option<Claim> {
+/// This server's own claim, inside the caller's transaction.
+fn own_claim() -> Option<Claim> {
     let me = system_identifier();
-    read_claims().into_iter().find(|c| {
-        c.system_identifier == me && c.datacenter == node.datacenter() && c.worker == node.worker()
-    })
+    read_claims()
+        .into_iter()
+        .find(|c| c.system_identifier == me)
+}
+
+/// The pairs this server left, as its own claim carries them, inside the caller's transaction.
+fn own_left_pairs() -> Vec<i64> {
+    Spi::get_one_with_args::<Vec<i64>>(
+        "SELECT left_pairs FROM _snowflake.claims WHERE system_identifier OPERATOR(pg_catalog.=) $1",
+        &[system_identifier().into()],
+    )
+    .ok()
+    .flatten()
+    .unwrap_or_default()
 }
 
 /// The subscriptions of this database that carry `_snowflake.claims` here, or may: one that lists
@@ -252,48 +309,44 @@ pub fn refresh(
     let node = config::node();
     let (dc, w) = (node.datacenter(), node.worker());
     let expiry = config::claim_expiry_ms();
-    let (claims, readings, own, version) = BackgroundWorker::transaction(|| {
+    let (claims, readings, own, written) = BackgroundWorker::transaction(|| {
         Spi::run("SET LOCAL synchronous_commit = off").expect("set synchronous_commit");
         // Our own row as it is now, before we write it again: a version we did not write came
         // from another server with our system identifier (see [`CopyWatch`]).
-        let own = own_claim(node);
+        let own = own_claim();
+        // Moved to another pair since our row was written: the old pair joins the pairs we
+        // left, with the last ID we may have issued there (a floor for its next holder).
+        let left = left_pairs_after(&own_left_pairs(), own.as_ref(), node);
         let token = node_token();
         // Delete and insert rather than update: a peer that subscribed after our row was made
         // (copy_data = false) has no row to update, and would never learn of us. Only our own
         // row: a claim of another system identifier is another server's, whatever its token.
-        // The claim's lease_id never goes down (see `record_lease`). Our claims on other pairs
-        // (we moved) stay, retired: tombstones with the last ID we issued there, a floor for
-        // whoever takes that pair next.
-        let version = Spi::get_one_with_args::<i64>(
-            "WITH old AS (DELETE FROM _snowflake.claims
-                           WHERE system_identifier OPERATOR(pg_catalog.=) $1
-                             AND datacenter_id OPERATOR(pg_catalog.=) $3
-                             AND worker_id OPERATOR(pg_catalog.=) $4
-                       RETURNING lease_id),
-                  moved AS (UPDATE _snowflake.claims SET retired = true
-                             WHERE system_identifier OPERATOR(pg_catalog.=) $1 AND NOT retired
-                               AND NOT (datacenter_id OPERATOR(pg_catalog.=) $3
-                                        AND worker_id OPERATOR(pg_catalog.=) $4)
-                         RETURNING 1)
-             INSERT INTO _snowflake.claims
-                    (system_identifier, node_token, datacenter_id, worker_id, last_seen, lease_id, retired)
-             VALUES ($1, $2, $3, $4, pg_catalog.now(),
-                     GREATEST($5, (SELECT pg_catalog.max(old.lease_id) FROM old)), false)
-             RETURNING xmin::pg_catalog.text::pg_catalog.int8",
+        // The claim's lease_id never goes down (see `record_lease`).
+        let written = write_own_claim(
+            &format!(
+                "WITH old AS (DELETE FROM _snowflake.claims
+                               WHERE system_identifier OPERATOR(pg_catalog.=) $1 RETURNING lease_id)
+                 INSERT INTO _snowflake.claims
+                        (system_identifier, node_token, datacenter_id, worker_id, last_seen, lease_id,
+                         retired, left_pairs)
+                 VALUES ($1, $2, $3, $4, pg_catalog.now(),
+                         GREATEST($5, (SELECT pg_catalog.max(old.lease_id) FROM old)), false, $6)
+                 {RETURNING_STAMP}"
+            ),
             &[
                 me.into(),
                 token.into(),
                 (dc as i32).into(),
                 (w as i32).into(),
                 my_lease_id(node).into(),
+                left.into(),
             ],
         )
-        .expect("write this server's claim")
-        .expect("the claim's version");
-        (read_claims(), read_paths(), own, version)
+        .expect("the claim written");
+        (read_claims(), read_paths(), own, written)
     });
     copies.observe(now_ms, own);
-    copies.wrote(version);
+    copies.wrote(written.0, &written.1);
     for event in paths.observe(now_ms, readings) {
         match event {
             PathEvent::Broke { subscription, why } => warning!(

@@ -484,9 +484,11 @@ fn missing_objects_ddl(token: i64) -> Vec<String> {
                 "ALTER TABLE {SCHEMA}.claims ADD COLUMN retired boolean NOT NULL DEFAULT false"
             ));
         }
-        // Up to 1.5.0 keyed by the server alone: a move to another pair replaced its claim.
-        if exists(crate::fleet::KEYED_BY_SERVER_ONLY_SQL) {
-            ddl.push(crate::fleet::KEY_BY_PAIR.into());
+        // 1.6.0: the pairs a server left, with its last ID on each.
+        if !column("left_pairs") {
+            ddl.push(format!(
+                "ALTER TABLE {SCHEMA}.claims ADD COLUMN left_pairs bigint[] NOT NULL DEFAULT '{{}}'"
+            ));
         }
     }
     ddl
@@ -588,9 +590,9 @@ fn renew(
         (None, Some(f)) if !f.lowered => *own_mark = mark,
         _ => {}
     }
-    if let (before, Some(v)) = version {
+    if let (before, Some((v, stamp))) = version {
         copies.observe(now_ms, before);
-        copies.wrote(v);
+        copies.wrote(v, &stamp);
     }
     report_outside_mark(mark, found);
     lease
@@ -702,7 +704,12 @@ pub extern "C-unwind" fn snowflake_lease_worker_main(_arg: pg_sys::Datum) {
         g.recorded_epoch_ms = recorded_epoch.unwrap_or(epoch);
     }
     log!("snowflake lease worker started; persisted high-water mark {mark} (Unix ms), written under the epoch {}", recorded_epoch.map_or("(not recorded)".into(), |e| e.to_string()));
+    // The mark as this worker last wrote or read it: any other value found later was written by
+    // someone else ([`crate::core::lease::outside_mark`]). Below the claim's lease, the mark was
+    // lowered: taking the claim's value as ours makes `check_mark` write it back.
+    let mut own_mark = mark;
     if claimed_ms > floor {
+        own_mark = recorded_epoch.unwrap_or(epoch) + claimed_ms as i64;
         errors::report(
             PgLogLevel::WARNING,
             PgSqlErrorCode::ERRCODE_WARNING,
@@ -711,9 +718,6 @@ pub extern "C-unwind" fn snowflake_lease_worker_main(_arg: pg_sys::Datum) {
             Some("Leave _snowflake out of dumps and restores (pg_dump --exclude-schema=_snowflake); raise a floor with snowflake_set_floor(), never with setval."),
         );
     }
-    // The mark as this worker last wrote or read it: any other value found later was written by
-    // someone else ([`crate::core::lease::outside_mark`]).
-    let mut own_mark = mark;
 
     // The claim is refreshed first: backends wait for the first lease, so after a start no ID is
     // issued before the fleet check has looked at the other servers' claims.
@@ -724,6 +728,7 @@ pub extern "C-unwind" fn snowflake_lease_worker_main(_arg: pg_sys::Datum) {
     let mut catch_up = crate::core::fleet::CatchUp::default();
     // Only a start with shared memory new (a server's start, a promotion): a worker restarted
     // while the server runs holds leases up, and IDs are already flowing.
+    let mut gate_looked: Option<Instant> = None;
     let mut gated = {
         let mut g = GENERATOR.exclusive();
         g.awaiting_claims = g.state.lease() == Some(0);
@@ -774,7 +779,9 @@ pub extern "C-unwind" fn snowflake_lease_worker_main(_arg: pg_sys::Datum) {
         // At start, no lease (so no ID) before every claims path has brought the claims up to
         // date and the fleet check has looked at them ([`crate::core::fleet::CatchUp`]), for at
         // most `CATCH_UP_LIMIT_MS`.
-        if gated {
+        // (At most every 250 ms, whatever wakes the worker: waiting backends set its latch.)
+        if gated && gate_looked.is_none_or(|t| t.elapsed() >= Duration::from_millis(250)) {
+            gate_looked = Some(Instant::now());
             let readings = crate::fleet::paths_now();
             let elapsed = started.elapsed().as_millis() as u64;
             if catch_up.observe(&readings) {

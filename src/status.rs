@@ -230,8 +230,12 @@ pub fn set_floor(id: i64) {
         // restart right after this call starts above it).
         Ok(_) => {
             let ms = crate::core::layout::decompose(id).map_or(0, |p| p.ms);
-            if generator::wait_until_persisted(ms, generator::LEASE_WAIT_LIMIT).is_err() {
-                generator::lease_not_ready(generator::LEASE_WAIT_LIMIT, &config::database())
+            // Longer than a call of snowflake_nextval() waits: after a promotion (the failover
+            // recipe) the first lease may wait for the claims paths to catch up.
+            let limit = generator::LEASE_WAIT_LIMIT
+                + std::time::Duration::from_millis(crate::core::fleet::CATCH_UP_LIMIT_MS);
+            if generator::wait_until_persisted(ms, limit).is_err() {
+                generator::lease_not_ready(limit, &config::database())
             }
         }
         Err(FloorError::Negative) => errors::layout(crate::core::layout::LayoutError::NegativeId(id), epoch_ms()),

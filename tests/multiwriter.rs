@@ -923,3 +923,31 @@ fn a_server_back_after_its_pair_was_taken_issues_nothing_before_fresh_claims() {
     y.start();
     assert!(eventually(40, || refuses(&x)), "X did not see Y's claim");
 }
+
+/// A new version of a server's own claim that carries its own stamp is no physical copy: a DBA
+/// who runs the HINT's `retired = true` on the running server itself rewrites the row, and so
+/// does a table rewrite (a version-only check took either for a copy and refused forever).
+#[test]
+fn a_rewrite_of_a_servers_own_claim_is_no_copy() {
+    let mut x = node("own-rewrite", 1, 5);
+    x.start();
+    x.sql("CREATE EXTENSION snowflake; SELECT snowflake_nextval()");
+    // Between refreshes, several times: a refresh comes within 5 s.
+    for _ in 0..3 {
+        x.sql(&format!(
+            "UPDATE _snowflake.claims SET retired = true WHERE system_identifier = {}",
+            sysid(&x)
+        ));
+        x.sql("SELECT count(snowflake_nextval()) FROM generate_series(1, 1000)");
+        thread::sleep(Duration::from_secs(6));
+    }
+    assert_eq!(
+        x.sql("SELECT claim_conflict_with IS NULL, snowflake_nextval() > 0 FROM snowflake_node()"),
+        "t|t"
+    );
+    assert!(
+        !x.log().contains("this server's system identifier"),
+        "{}",
+        x.log()
+    );
+}

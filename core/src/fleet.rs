@@ -20,11 +20,14 @@
 //! left, and none expires.
 //!
 //! Each claim also carries the highest ID its server may have issued (`lease_id`, its lease), and
-//! a retired server's claim stays as a tombstone (`retired`), as does the claim on a pair its
-//! server moved away from (a claim is keyed by server *and* pair). A server never issues below the
+//! a retired server's claim stays as a tombstone (`retired`); a server that moves to another pair
+//! keeps the last ID it may have issued on each pair it left (`LeftPair`, the claim's
+//! `left_pairs`). A server never issues below the
 //! `lease_id` of another server's claim on its own pair, live, expired or retired: a pair handed
 //! from one server to another continues above every ID the previous holder issued, however far
 //! ahead of the new holder's clock those ran.
+
+use crate::layout::{assemble, decompose, Node, MAX_SEQUENCE};
 
 /// How often a running server refreshes its claim.
 pub const REFRESH_MS: u64 = 5_000;
@@ -94,8 +97,8 @@ pub fn conflict(
 }
 
 /// When each claim last changed here, by this server's monotonic clock (ms since the lease
-/// worker started). A claim is one server's on one pair: a server that moved to another pair has
-/// a row for each (the old one a tombstone).
+/// worker started). A claim is known by its server and its pair: a server that moved to another
+/// pair makes a new claim, first seen (and so live) when it arrives.
 #[derive(Clone, Debug, Default)]
 pub struct Liveness {
     /// (the claim's key, its version, when that version was first seen)
@@ -137,28 +140,81 @@ impl Liveness {
     }
 }
 
-/// The highest ID that another server, live, expired or retired, may have issued on our pair:
-/// ours must all be above it. `None` when no such claim knows of one.
-pub fn handover_floor(me: i64, datacenter: u32, worker: u32, claims: &[Claim]) -> Option<i64> {
+/// A pair a server held and left: the last ID it may have issued there (an ID *of that pair*,
+/// so its datacenter and worker bits say which), kept in its claim's `left_pairs`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LeftPair {
+    pub system_identifier: i64,
+    pub last_id: i64,
+}
+
+/// The highest ID that another server, live, expired or retired, may have issued on our pair,
+/// whether it holds the pair still or left it (`left`): ours must all be above it. `None` when
+/// no such claim knows of one.
+pub fn handover_floor(
+    me: i64,
+    datacenter: u32,
+    worker: u32,
+    claims: &[Claim],
+    left: &[LeftPair],
+) -> Option<i64> {
+    let left_here = left
+        .iter()
+        .filter(|l| l.system_identifier != me)
+        .filter(|l| {
+            decompose(l.last_id).is_ok_and(|p| p.datacenter == datacenter && p.worker == worker)
+        })
+        .map(|l| l.last_id);
     others_on_our_pair(me, datacenter, worker, claims)
         .map(|c| c.lease_id)
+        .chain(left_here)
         .filter(|&id| id > 0)
         .max()
 }
 
-/// Watches this server's own claim for versions it did not write: the proof of a physical copy.
+/// The pairs a server has left, as its claim carries them (`previous`), after a refresh that
+/// finds its row (`old`) on another pair than `now`: that pair joins them with the last ID the
+/// row says the server may have issued there (one entry per pair, the highest). A server that
+/// moves keeps its floor on the pair it left, for whoever takes it next.
+pub fn left_pairs_after(previous: &[i64], old: Option<&Claim>, now: Node) -> Vec<i64> {
+    let mut left = previous.to_vec();
+    let moved = old
+        .filter(|c| (c.datacenter, c.worker) != (now.datacenter(), now.worker()) && c.lease_id > 0);
+    if let Some(c) = moved {
+        if let (Ok(parts), Ok(node)) = (
+            decompose(c.lease_id),
+            Node::new(c.datacenter.into(), c.worker.into()),
+        ) {
+            let id = assemble(parts.ms, node, MAX_SEQUENCE);
+            let same_pair = |&x: &i64| {
+                decompose(x).is_ok_and(|p| (p.datacenter, p.worker) == (c.datacenter, c.worker))
+            };
+            let best = left.iter().copied().filter(same_pair).chain([id]).max();
+            left.retain(|x| !same_pair(x));
+            left.extend(best);
+        }
+    }
+    left.sort_unstable();
+    left
+}
+
+/// Watches this server's own claim for contents it did not write: the proof of a physical copy.
 ///
 /// Only this server writes the row of its own system identifier (its refresh, and the lease
-/// that records its last ID there); logical replication brings only rows that changed on
-/// another server. So a version of that row that this server did not write, found when it looks
+/// that records its last ID there), stamping it with its own `now()` and lease. So a version of
+/// that row whose stamp (`last_seen`, `lease_id`) is none this server wrote, found when it looks
 /// again, was written by another running server with the same system identifier: a
 /// pg_basebackup or snapshot started beside its original, or a standby promoted while its
-/// primary still runs. Such a sighting stays a conflict (when the copy's claim is on our pair)
-/// for `claim_expiry` after the last one, as a claim is live while it changes here.
+/// primary still runs. A new version with a stamp of ours is no copy: one of our writes relayed
+/// back to us (`origin = any`), a DBA's `retired = true`, a table rewrite. Such a sighting stays
+/// a conflict (when the copy's claim is on our pair) for `claim_expiry` after the last one, as a
+/// claim is live while it changes here.
 #[derive(Clone, Debug, Default)]
 pub struct CopyWatch {
     /// The version (`xmin`) of the last write of this server's own row, since the worker started.
     written: Option<i64>,
+    /// The stamps (`last_seen` in Unix ms, `lease_id`) of this server's recent writes of it.
+    stamps: Vec<(i64, i64)>,
     /// The copy's claim as last found, and when (monotonic ms).
     seen: Option<(Claim, u64)>,
     /// Whether the current sighting was reported (`announce`).
@@ -166,9 +222,17 @@ pub struct CopyWatch {
 }
 
 impl CopyWatch {
-    /// This server wrote its own row, which now has `version`.
-    pub fn wrote(&mut self, version: i64) {
+    /// How many of this server's writes are remembered: more than a claim's expiry's worth of
+    /// refreshes and leases (a relayed echo comes back within seconds).
+    const STAMPS: usize = 256;
+
+    /// This server wrote its own row, which now has `version` and the stamp of `row`.
+    pub fn wrote(&mut self, version: i64, row: &Claim) {
         self.written = Some(version);
+        if self.stamps.len() == Self::STAMPS {
+            self.stamps.remove(0);
+        }
+        self.stamps.push((row.last_seen_unix_ms, row.lease_id));
     }
 
     /// This server's own row as read at `now_ms`, before it writes it again (`None`: no row):
@@ -179,7 +243,11 @@ impl CopyWatch {
         let (Some(written), Some(found)) = (self.written, own) else {
             return None;
         };
-        if found.version == written {
+        if found.version == written
+            || self
+                .stamps
+                .contains(&(found.last_seen_unix_ms, found.lease_id))
+        {
             return None;
         }
         self.seen = Some((found, now_ms));
@@ -248,7 +316,9 @@ pub const CATCH_UP_LIMIT_MS: u64 = MIN_EXPIRY_MS;
 /// before it issues (its own table holds what arrived before it stopped).
 ///
 /// A path has caught up once a reading shows it applying with a publisher's end of WAL other than
-/// the one its first reading showed: the publisher reported that end (a keepalive) after the
+/// the one its first reading showed (a path disabled, or with its copy of the claims not ready,
+/// at the first reading is not waited for: it cannot catch up soon, and while it does not apply
+/// no claim expires anyway): the publisher reported that end (a keepalive) after the
 /// worker started, and sent everything before it first. A live publisher writes its claim every
 /// `REFRESH_MS`, so its end moves and a keepalive follows within about that. A server without
 /// paths has caught up at once. Once every path has, it stays so: this is about the start.
@@ -268,11 +338,16 @@ impl CatchUp {
         let mut all = true;
         for r in readings {
             let pos = self.first.iter().position(|f| f.0 == r.subscription);
+            let applying = r.enabled && r.apply_pid.is_some() && r.table_state == 'r';
+            // A path disabled, or whose copy of the claims is not ready, at the first reading
+            // cannot catch up soon: it is the path watch's business (no claim expires while it
+            // does not apply), not a reason to hold the start.
+            let hopeless = !r.enabled || r.table_state != 'r';
             let i = pos.unwrap_or_else(|| {
-                self.first.push((r.subscription.clone(), r.end_lsn, false));
+                self.first
+                    .push((r.subscription.clone(), r.end_lsn, hopeless));
                 self.first.len() - 1
             });
-            let applying = r.enabled && r.apply_pid.is_some() && r.table_state == 'r';
             let entry = &mut self.first[i];
             if applying && pos.is_some() && r.end_lsn.is_some() && r.end_lsn != entry.1 {
                 entry.2 = true;
@@ -583,30 +658,50 @@ mod tests {
     }
 
     #[test]
-    fn a_version_of_our_own_row_we_did_not_write_is_a_copy_until_it_stops() {
+    fn a_stamp_of_our_own_row_we_did_not_write_is_a_copy_until_it_stops() {
+        let ours = |version, seen| Claim {
+            last_seen_unix_ms: seen,
+            lease_id: 1,
+            ..claim(42, 1, 5, version)
+        };
         let mut w = CopyWatch::default();
         // Before the worker wrote anything since its start: nothing to compare with.
-        assert_eq!(w.observe(0, Some(claim(42, 1, 5, 9))), None);
-        w.wrote(10);
-        assert_eq!(w.observe(REFRESH_MS, Some(claim(42, 1, 5, 10))), None);
+        assert_eq!(w.observe(0, Some(ours(9, 1))), None);
+        w.wrote(10, &ours(10, 100));
+        assert_eq!(w.observe(REFRESH_MS, Some(ours(10, 100))), None);
         assert_eq!(
             w.observe(REFRESH_MS, None),
             None,
             "a row deleted is no copy"
         );
-        w.wrote(11);
-        // The lease recorded its ID (a write of ours), then the refresh finds another version.
-        w.wrote(12);
-        let copy = claim(42, 1, 5, 13);
+        w.wrote(11, &ours(11, 200));
+        // The lease recorded its ID (a write of ours).
+        w.wrote(
+            12,
+            &Claim {
+                lease_id: 2,
+                ..ours(12, 200)
+            },
+        );
+        // An earlier write of ours relayed back (origin = any), in a new version: no copy.
+        assert_eq!(w.observe(REFRESH_MS, Some(ours(15, 100))), None);
+        // A DBA retired our claim, or a rewrite of the table: our stamp, no copy.
+        let retired = Claim {
+            retired: true,
+            ..ours(16, 200)
+        };
+        assert_eq!(w.observe(REFRESH_MS, Some(retired)), None);
+        // A stamp we never wrote: another server with our system identifier.
+        let copy = ours(13, 250);
         assert_eq!(w.observe(2 * REFRESH_MS, Some(copy)), Some(copy));
-        w.wrote(14);
+        w.wrote(14, &ours(14, 300));
         assert_eq!(w.announce(2 * REFRESH_MS, EXPIRY, false), Some(copy));
         assert_eq!(w.announce(3 * REFRESH_MS, EXPIRY, false), None, "once");
         assert_eq!(
             w.copy(2 * REFRESH_MS + EXPIRY - 1, EXPIRY, false),
             Some(copy)
         );
-        assert_eq!(w.observe(3 * REFRESH_MS, Some(claim(42, 1, 5, 14))), None);
+        assert_eq!(w.observe(3 * REFRESH_MS, Some(ours(14, 300))), None);
         assert_eq!(
             w.copy(2 * REFRESH_MS + EXPIRY, EXPIRY, true),
             Some(copy),
@@ -619,27 +714,59 @@ mod tests {
         );
         assert_eq!(w.announce(2 * REFRESH_MS + EXPIRY, EXPIRY, false), None);
         // Seen again later: reported again.
-        w.observe(100 * REFRESH_MS, Some(claim(42, 1, 5, 20)));
+        w.observe(100 * REFRESH_MS, Some(ours(20, 900)));
         assert!(w.announce(100 * REFRESH_MS, EXPIRY, false).is_some());
     }
 
-    /// A server that moved from (1, 5) to (1, 6) leaves its old claim as a tombstone: whoever
-    /// takes (1, 5) next continues above it, and the two rows of one server are watched apart.
+    /// A server that moves from (1, 5) keeps the last ID it may have issued there in its claim
+    /// (`left_pairs`): whoever takes (1, 5) next continues above it.
     #[test]
-    fn a_pair_moved_away_from_stays_a_floor_and_its_rows_live_apart() {
-        let old = Claim {
-            retired: true,
-            lease_id: 9_000,
+    fn a_pair_moved_away_from_stays_a_floor() {
+        let node = |w: i64| Node::new(1, w).unwrap();
+        let last = |ms, w| assemble(ms, node(w), MAX_SEQUENCE);
+        // Server 7's row is on (1, 5) with its lease; its refresh now runs on (1, 6).
+        let on5 = Claim {
+            lease_id: last(9_000, 5),
             ..claim(7, 1, 5, 1)
         };
-        let new = claim(7, 1, 6, 2);
-        assert_eq!(conflict(42, 1, 5, &[old, new], ALL_LIVE), None);
-        assert_eq!(handover_floor(42, 1, 5, &[old, new]), Some(9_000));
-        let mut l = Liveness::default();
-        l.observe(0, &[old, new]);
-        l.observe(EXPIRY, &[old, Claim { version: 3, ..new }]);
-        assert!(!l.live(&old, EXPIRY, EXPIRY));
-        assert!(l.live(&Claim { version: 3, ..new }, EXPIRY, EXPIRY));
+        let left = left_pairs_after(&[], Some(&on5), node(6));
+        assert_eq!(left, vec![last(9_000, 5)]);
+        // On to (1, 7): both kept.
+        let on6 = Claim {
+            lease_id: last(9_500, 6),
+            ..claim(7, 1, 6, 2)
+        };
+        let left = left_pairs_after(&left, Some(&on6), node(7));
+        assert_eq!(left, vec![last(9_000, 5), last(9_500, 6)]);
+        // Back on (1, 5) and away again: one entry for it, the highest, on its own pair's bits
+        // (the row's lease_id may carry the pair before, GREATEST across a move).
+        let on5_again = Claim {
+            lease_id: last(12_000, 6),
+            ..claim(7, 1, 5, 3)
+        };
+        let left = left_pairs_after(&left, Some(&on5_again), node(6));
+        assert_eq!(left, vec![last(9_500, 6), last(12_000, 5)]);
+        // A refresh on the same pair adds nothing.
+        assert_eq!(left_pairs_after(&left, Some(&on6), node(6)), left);
+        let lefts: Vec<LeftPair> = left
+            .iter()
+            .map(|&last_id| LeftPair {
+                system_identifier: 7,
+                last_id,
+            })
+            .collect();
+        let now_on6 = claim(7, 1, 6, 4);
+        assert_eq!(conflict(42, 1, 5, &[now_on6], ALL_LIVE), None);
+        assert_eq!(
+            handover_floor(42, 1, 5, &[now_on6], &lefts),
+            Some(last(12_000, 5))
+        );
+        assert_eq!(handover_floor(42, 1, 7, &[], &lefts), None);
+        assert_eq!(
+            handover_floor(7, 1, 5, &[], &lefts),
+            None,
+            "a server's own past is its mark's business"
+        );
     }
 
     #[test]
@@ -666,8 +793,8 @@ mod tests {
             conflict(42, 1, 5, &claims, |c| c.system_identifier != 8),
             None
         );
-        assert_eq!(handover_floor(42, 1, 5, &claims), Some(9_000_000));
-        assert_eq!(handover_floor(42, 2, 5, &claims), None);
+        assert_eq!(handover_floor(42, 1, 5, &claims, &[]), Some(9_000_000));
+        assert_eq!(handover_floor(42, 2, 5, &claims, &[]), None);
         // A live claim is both: a conflict now, and a floor once it is gone.
         let live = Claim {
             lease_id: 12_000_000,
@@ -675,7 +802,7 @@ mod tests {
         };
         assert!(conflict(42, 1, 5, &[live], ALL_LIVE).is_some());
         assert_eq!(
-            handover_floor(42, 1, 5, &[live, tombstone]),
+            handover_floor(42, 1, 5, &[live, tombstone], &[]),
             Some(12_000_000)
         );
     }
@@ -766,13 +893,15 @@ mod tests {
         assert!(!c.observe(&[at(Some(100), Some(7))]));
         assert!(!c.observe(&[at(Some(200), None)]));
         assert_eq!(c.waiting(), vec!["claims_from_b"]);
-        // A disabled path never catches up.
+        // Disabled for a while: not caught up meanwhile.
         let off = PathReading {
             enabled: false,
             ..at(Some(300), Some(7))
         };
-        assert!(!c.observe(&[off]));
+        assert!(!c.observe(&[off.clone()]));
         assert!(c.observe(&[at(Some(300), Some(7))]));
+        // A path disabled (or not copied) at the first reading holds no start back.
+        assert!(CatchUp::default().observe(&[off]));
         // Sticky: a path that breaks later is the fleet check's business, not the start's.
         assert!(c.observe(&[at(None, None)]));
         // A baseline of no keepalive yet: the first one reported counts.
