@@ -898,7 +898,7 @@ mod tests {
             enabled: false,
             ..at(Some(300), Some(7))
         };
-        assert!(!c.observe(&[off.clone()]));
+        assert!(!c.observe(std::slice::from_ref(&off)));
         assert!(c.observe(&[at(Some(300), Some(7))]));
         // A path disabled (or not copied) at the first reading holds no start back.
         assert!(CatchUp::default().observe(&[off]));
