@@ -100,32 +100,23 @@ fn read_left_pairs() -> Vec<LeftPair> {
     })
 }
 
-/// A write of this server's own claim, as `RETURNING xmin, last_seen, lease_id` gives it back:
-/// its version and its stamp, for [`CopyWatch::wrote`].
-const RETURNING_STAMP: &str =
-    "RETURNING xmin::pg_catalog.text::pg_catalog.int8, last_seen, lease_id";
-
-fn stamp_of(row: pgrx::spi::SpiHeapTupleData) -> Option<(i64, Claim)> {
-    let version = row.get::<i64>(1).ok().flatten()?;
-    Some((
-        version,
-        Claim {
-            last_seen_unix_ms: unix_ms(row.get::<TimestampWithTimeZone>(2).ok().flatten()),
-            lease_id: row.get::<i64>(3).ok().flatten().unwrap_or(0),
-            ..Claim::NONE
-        },
-    ))
-}
+/// A write of this server's own claim, as `RETURNING last_seen, lease_id` gives it back: its
+/// stamp, for [`CopyWatch::wrote`].
+const RETURNING_STAMP: &str = "RETURNING last_seen, lease_id";
 
 /// Runs a statement that writes this server's own claim and returns its stamp
 /// (`RETURNING_STAMP`), inside the caller's transaction; `None` when it wrote no row.
-fn write_own_claim(sql: &str, args: &[pgrx::datum::DatumWithOid]) -> Option<(i64, Claim)> {
+fn write_own_claim(sql: &str, args: &[pgrx::datum::DatumWithOid]) -> Option<Claim> {
     Spi::connect_mut(|client| {
         client
             .update(sql, None, args)
             .expect("write this server's claim")
             .next()
-            .and_then(stamp_of)
+            .map(|row| Claim {
+                last_seen_unix_ms: unix_ms(row.get::<TimestampWithTimeZone>(1).ok().flatten()),
+                lease_id: row.get::<i64>(2).ok().flatten().unwrap_or(0),
+                ..Claim::NONE
+            })
     })
 }
 
@@ -142,13 +133,12 @@ pub fn handover_floor(node: Node) -> Option<i64> {
     )
 }
 
-/// The timestamp field of the last lease this server recorded in its own claims (`record_lease`;
-/// one per pair it held), 0 if none, inside the caller's transaction: a floor that a restore lowering the mark leaves
+/// The timestamp field of the last lease this server recorded in its own claim (`record_lease`),
+/// 0 if none, inside the caller's transaction: a floor that a restore lowering the mark leaves
 /// alone (a dump's claims are other servers' rows).
 pub fn own_claim_lease_ms() -> u64 {
     Spi::get_one_with_args::<i64>(
-        "SELECT pg_catalog.max(lease_id) FROM _snowflake.claims
-          WHERE system_identifier OPERATOR(pg_catalog.=) $1",
+        "SELECT lease_id FROM _snowflake.claims WHERE system_identifier OPERATOR(pg_catalog.=) $1",
         &[system_identifier().into()],
     )
     .ok()
@@ -182,9 +172,9 @@ fn my_lease_id(node: Node) -> i64 {
 /// this server has issued, and retiring a server copies it from its own claim (docs/multi-writer.md,
 /// "Retiring a node") with no arithmetic of the superuser's own. Before the first refresh since
 /// the claims table was made there is no row, and the refresh writes it.
-/// Returns this server's own claim as it was before (for [`CopyWatch::observe`]) and the version
-/// and stamp of the row written (for [`CopyWatch::wrote`]), if there was one.
-pub fn record_lease(node: Node, lease_ms: u64) -> (Option<Claim>, Option<(i64, Claim)>) {
+/// Returns this server's own claim as it was before (for [`CopyWatch::observe`]) and the stamp of
+/// the row written (for [`CopyWatch::wrote`]), if there was one.
+pub fn record_lease(node: Node, lease_ms: u64) -> (Option<Claim>, Option<Claim>) {
     let before = own_claim();
     let written = write_own_claim(
         &format!(
@@ -346,7 +336,7 @@ pub fn refresh(
         (read_claims(), read_paths(), own, written)
     });
     copies.observe(now_ms, own);
-    copies.wrote(written.0, &written.1);
+    copies.wrote(&written);
     for event in paths.observe(now_ms, readings) {
         match event {
             PathEvent::Broke { subscription, why } => warning!(
@@ -453,15 +443,14 @@ fn node_claimed(
         Some(format!(
             "The server with system identifier {other_system_identifier} claimed them, last seen at {other_last_seen}; two servers with one pair generate the same IDs, so this server generates none until that claim is gone.{stale}"
         )),
-        Some(&if claims_stale {
-            format!(
-                "Give one of the two servers another snowflake.worker_id (or datacenter_id) and restart it. If the other server no longer runs, its claim does not expire while the path is not applying: repair the path, or retire the claim now (it stays as the floor for this pair): UPDATE _snowflake.claims SET retired = true WHERE system_identifier = {other_system_identifier}."
-            )
-        } else {
-            format!(
-                "Give one of the two servers another snowflake.worker_id (or datacenter_id) and restart it. If the other server no longer runs, its claim expires once this server has seen it unchanged for {expiry_s} s, or retire it now (it stays as the floor for this pair): UPDATE _snowflake.claims SET retired = true WHERE system_identifier = {other_system_identifier}."
-            )
-        }),
+        Some(&format!(
+            "Give one of the two servers another snowflake.worker_id (or datacenter_id) and restart it. If the other server no longer runs, {}, or retire it now (it stays as the floor for this pair): UPDATE _snowflake.claims SET retired = true WHERE system_identifier = {other_system_identifier}.",
+            if claims_stale {
+                "its claim does not expire while the path is not applying: repair the path".to_string()
+            } else {
+                format!("its claim expires once this server has seen it unchanged for {expiry_s} s")
+            }
+        )),
     )
 }
 

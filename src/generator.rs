@@ -276,37 +276,41 @@ pub const LEASE_WAIT_LIMIT: std::time::Duration = std::time::Duration::from_secs
 /// A call waited `waited` for a lease in vain: where to look, which differs when no lease worker
 /// has started at all (it then wrote nothing to the log).
 pub fn lease_not_ready(waited: std::time::Duration, database: &str) -> ! {
-    if GENERATOR.share().awaiting_claims {
-        crate::errors::raise(
-            pgrx::PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
-            "snowflake ID generator is not ready".into(),
-            Some(format!(
+    let (awaiting_claims, no_worker) = {
+        let g = GENERATOR.share();
+        (g.awaiting_claims, g.worker_pid == 0)
+    };
+    let (detail, hint) = if awaiting_claims {
+        (
+            format!(
                 "After a start, no ID is issued before the fleet check has seen the other servers' claims brought up to date by every subscription that carries _snowflake.claims here; they have not within {} s. The lease worker waits for them at most {} s, then issues with a WARNING.",
                 waited.as_secs(),
                 crate::core::fleet::CATCH_UP_LIMIT_MS / 1000
-            )),
-            Some("Try again in a few seconds; if it lasts, look in pg_stat_subscription for a claims subscription whose apply worker does not run."),
+            ),
+            "Try again in a few seconds; if it lasts, look in pg_stat_subscription for a claims subscription whose apply worker does not run.",
         )
-    }
-    if GENERATOR.share().worker_pid == 0 {
+    } else if no_worker {
         // No worker has started since the server did: it has written nothing to the log.
-        crate::errors::raise(
-            pgrx::PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
-            "snowflake ID generator is not ready".into(),
-            Some(format!(
+        (
+            format!(
                 "No \"snowflake lease\" background worker has started since the server started, so no high-water mark was persisted within {} s.",
                 waited.as_secs()
-            )),
-            Some("Background workers start only in a server that accepts connections (not in single-user mode) and only where max_worker_processes leaves a slot: the postmaster logs \"too many background workers\" at start-up when it does not. Raise max_worker_processes and restart."),
+            ),
+            "Background workers start only in a server that accepts connections (not in single-user mode) and only where max_worker_processes leaves a slot: the postmaster logs \"too many background workers\" at start-up when it does not. Raise max_worker_processes and restart.",
         )
-    }
+    } else {
+        (
+            format!(
+                "The \"snowflake lease\" background worker has not persisted a high-water mark for the next IDs within {} s; it keeps it in the sequence _snowflake.lease_ms of database \"{database}\".",
+                waited.as_secs()
+            ),
+            "Check the server log for errors of the \"snowflake lease\" worker, and that the database named by snowflake.database exists.",
+        )
+    };
     crate::errors::raise(
         pgrx::PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
         "snowflake ID generator is not ready".into(),
-        Some(format!(
-            "The \"snowflake lease\" background worker has not persisted a high-water mark for the next IDs within {} s; it keeps it in the sequence _snowflake.lease_ms of database \"{database}\".",
-            waited.as_secs()
-        )),
-        Some("Check the server log for errors of the \"snowflake lease\" worker, and that the database named by snowflake.database exists."),
+        Some(detail),
+        Some(hint),
     )
 }

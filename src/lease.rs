@@ -590,9 +590,9 @@ fn renew(
         (None, Some(f)) if !f.lowered => *own_mark = mark,
         _ => {}
     }
-    if let (before, Some((v, stamp))) = version {
+    if let (before, Some(stamp)) = version {
         copies.observe(now_ms, before);
-        copies.wrote(v, &stamp);
+        copies.wrote(&stamp);
     }
     report_outside_mark(mark, found);
     lease
@@ -612,6 +612,9 @@ fn follow_outside_mark(
         .follow_outside_mark(mark, recorded, epoch, own_mark)
 }
 
+/// What to do about a mark that someone other than the lease worker lowered.
+const LOWERED_MARK_HINT: &str = "Leave _snowflake out of dumps and restores (pg_dump --exclude-schema=_snowflake); raise a floor with snowflake_set_floor(), never with setval.";
+
 /// Says what the worker found in the mark that it did not write, once the transaction that
 /// answered it has its statements behind it.
 fn report_outside_mark(mark: i64, found: Option<OutsideMark>) {
@@ -621,7 +624,7 @@ fn report_outside_mark(mark: i64, found: Option<OutsideMark>) {
             PgSqlErrorCode::ERRCODE_WARNING,
             format!("snowflake: the persisted mark {SCHEMA}.lease_ms was lowered to {mark} by someone other than the lease worker; the worker wrote its own back"),
             Some("A restore of a dump that includes schema _snowflake, or a setval on it, lowers the mark; after a restart with the clock behind, IDs issued before could repeat. IDs go above both values.".into()),
-            Some("Leave _snowflake out of dumps and restores (pg_dump --exclude-schema=_snowflake); raise a floor with snowflake_set_floor(), never with setval."),
+            Some(LOWERED_MARK_HINT),
         ),
         Some(OutsideMark { lowered: false, .. }) => log!(
             "snowflake: the persisted mark {SCHEMA}.lease_ms was raised to {mark} from outside; IDs go above it"
@@ -715,7 +718,7 @@ pub extern "C-unwind" fn snowflake_lease_worker_main(_arg: pg_sys::Datum) {
             PgSqlErrorCode::ERRCODE_WARNING,
             format!("snowflake: the persisted mark {SCHEMA}.lease_ms ({mark}) is below the last lease this server recorded in its claim"),
             Some(format!("Someone lowered the mark (a restore of a dump that includes schema {SCHEMA}, or a setval on it). IDs go above the claim's lease, {claimed_ms} ms after the epoch.")),
-            Some("Leave _snowflake out of dumps and restores (pg_dump --exclude-schema=_snowflake); raise a floor with snowflake_set_floor(), never with setval."),
+            Some(LOWERED_MARK_HINT),
         );
     }
 
@@ -738,6 +741,33 @@ pub extern "C-unwind" fn snowflake_lease_worker_main(_arg: pg_sys::Datum) {
     let mut claimed_at: Option<Instant> = None;
     let mut looked = (SystemClock.now_unix_ms(), Instant::now());
     loop {
+        // At start, no lease (so no ID) before every claims path has brought the claims up to
+        // date and the fleet check has looked at them ([`crate::core::fleet::CatchUp`]), for at
+        // most `CATCH_UP_LIMIT_MS`.
+        // (At most every 250 ms, whatever wakes the worker: waiting backends set its latch.)
+        if gated && gate_looked.is_none_or(|t| t.elapsed() >= Duration::from_millis(250)) {
+            gate_looked = Some(Instant::now());
+            let readings = crate::fleet::paths_now();
+            let elapsed = started.elapsed().as_millis() as u64;
+            if catch_up.observe(&readings) {
+                // The claims are fresh now: the refresh below reads them before any lease.
+                if !readings.is_empty() {
+                    claimed_at = None;
+                }
+                gated = false;
+            } else if elapsed >= crate::core::fleet::CATCH_UP_LIMIT_MS {
+                warning!(
+                    "snowflake: subscriptions {} carry _snowflake.claims here and have not brought them up to date within {} s of the start; IDs are issued without that proof, and a server that took this pair meanwhile is seen only once its claim arrives",
+                    catch_up.waiting().join(", "),
+                    crate::core::fleet::CATCH_UP_LIMIT_MS / 1000
+                );
+                gated = false;
+            }
+            if !gated {
+                GENERATOR.exclusive().awaiting_claims = false;
+            }
+        }
+
         if claimed_at.is_none_or(|t| t.elapsed() >= Duration::from_millis(REFRESH_MS)) {
             // The owner may change while the worker runs (its lease is there now, so another
             // owner is tolerated with a WARNING, never a refusal).
@@ -775,39 +805,6 @@ pub extern "C-unwind" fn snowflake_lease_worker_main(_arg: pg_sys::Datum) {
             );
         }
         looked = (wall, mono);
-
-        // At start, no lease (so no ID) before every claims path has brought the claims up to
-        // date and the fleet check has looked at them ([`crate::core::fleet::CatchUp`]), for at
-        // most `CATCH_UP_LIMIT_MS`.
-        // (At most every 250 ms, whatever wakes the worker: waiting backends set its latch.)
-        if gated && gate_looked.is_none_or(|t| t.elapsed() >= Duration::from_millis(250)) {
-            gate_looked = Some(Instant::now());
-            let readings = crate::fleet::paths_now();
-            let elapsed = started.elapsed().as_millis() as u64;
-            if catch_up.observe(&readings) {
-                if !readings.is_empty() {
-                    conflict = crate::fleet::refresh(
-                        conflict,
-                        &mut paths,
-                        &mut liveness,
-                        &mut copies,
-                        elapsed,
-                    );
-                    claimed_at = Some(Instant::now());
-                }
-                gated = false;
-            } else if elapsed >= crate::core::fleet::CATCH_UP_LIMIT_MS {
-                warning!(
-                    "snowflake: subscriptions {} carry _snowflake.claims here and have not brought them up to date within {} s of the start; IDs are issued without that proof, and a server that took this pair meanwhile is seen only once its claim arrives",
-                    catch_up.waiting().join(", "),
-                    crate::core::fleet::CATCH_UP_LIMIT_MS / 1000
-                );
-                gated = false;
-            }
-            if !gated {
-                GENERATOR.exclusive().awaiting_claims = false;
-            }
-        }
 
         let drift = config::max_clock_drift_ms();
         let now = wall - epoch;

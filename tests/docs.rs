@@ -337,6 +337,12 @@ fn the_quick_start_works_as_written() {
     assert_eq!(c.sql("SHOW shared_preload_libraries"), "snowflake");
 }
 
+/// The extension at 1.4.0 with a view on `snowflake_node()`, updated to 1.5.0 (which keeps that
+/// function as `snowflake_node_1_4()` outside the extension for the view), the view then dropped.
+const KEPT_1_4: &str = "CREATE EXTENSION snowflake VERSION '1.4.0' SCHEMA snowflake;
+     CREATE VIEW node AS SELECT * FROM snowflake.snowflake_node();
+     ALTER EXTENSION snowflake UPDATE TO '1.5.0'; DROP VIEW node";
+
 /// The removal procedure: the query finds the column whose default calls snowflake, the
 /// recipe switches it and drops the extension, new keys continue above the old ones, and the
 /// server starts without the library.
@@ -347,11 +353,9 @@ fn the_removal_recipe_frees_the_tables_and_the_server() {
     // In the schema the recipe names (see docs/security.md).
     // Installed at 1.4.0 with a view on snowflake_node(), which the update to 1.5.0 keeps as
     // snowflake_node_1_4() outside the extension; the view goes, the function stays.
-    c.sql(
-        "CREATE SCHEMA snowflake; CREATE EXTENSION snowflake VERSION '1.4.0' SCHEMA snowflake;
-         CREATE VIEW node AS SELECT * FROM snowflake.snowflake_node();
-         ALTER EXTENSION snowflake UPDATE TO '1.5.0'; DROP VIEW node; ALTER EXTENSION snowflake UPDATE;",
-    );
+    c.sql(&format!(
+        "CREATE SCHEMA snowflake; {KEPT_1_4}; ALTER EXTENSION snowflake UPDATE"
+    ));
     c.sql(
         "CREATE TABLE orders (id bigint PRIMARY KEY DEFAULT snowflake.snowflake_nextval(), item text);
          CREATE TABLE notes (id bigint PRIMARY KEY, body text);
@@ -376,7 +380,9 @@ fn the_removal_recipe_frees_the_tables_and_the_server() {
         c.sql("SELECT count(*) FROM pg_proc WHERE proname LIKE 'snowflake%'"),
         "0"
     );
-    c.sql("CREATE EXTENSION snowflake VERSION '1.4.0' SCHEMA snowflake; CREATE VIEW node AS SELECT * FROM snowflake.snowflake_node(); ALTER EXTENSION snowflake UPDATE TO '1.5.0'; DROP VIEW node; DROP EXTENSION snowflake; DROP FUNCTION snowflake.snowflake_node_1_4()");
+    c.sql(&format!(
+        "{KEPT_1_4}; DROP EXTENSION snowflake; DROP FUNCTION snowflake.snowflake_node_1_4()"
+    ));
     let new = c.sql_i64("INSERT INTO orders (item) VALUES ('new') RETURNING id");
     assert!(new > max_old, "{new} is not above {max_old}");
     assert_eq!(

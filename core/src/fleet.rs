@@ -97,21 +97,11 @@ pub fn conflict(
 }
 
 /// When each claim last changed here, by this server's monotonic clock (ms since the lease
-/// worker started). A claim is known by its server and its pair: a server that moved to another
-/// pair makes a new claim, first seen (and so live) when it arrives.
+/// worker started).
 #[derive(Clone, Debug, Default)]
 pub struct Liveness {
-    /// (the claim's key, its version, when that version was first seen)
-    seen: Vec<(ClaimKey, i64, u64)>,
-}
-
-/// What tells one claim from another: its server and its pair.
-type ClaimKey = (i64, u32, u32);
-
-impl Claim {
-    fn key(&self) -> ClaimKey {
-        (self.system_identifier, self.datacenter, self.worker)
-    }
+    /// (system identifier, version, when that version was first seen)
+    seen: Vec<(i64, i64, u64)>,
 }
 
 impl Liveness {
@@ -123,9 +113,9 @@ impl Liveness {
                 let since = self
                     .seen
                     .iter()
-                    .find(|s| s.0 == c.key() && s.1 == c.version)
+                    .find(|s| s.0 == c.system_identifier && s.1 == c.version)
                     .map_or(now_ms, |s| s.2);
-                (c.key(), c.version, since)
+                (c.system_identifier, c.version, since)
             })
             .collect();
     }
@@ -135,7 +125,7 @@ impl Liveness {
     pub fn live(&self, c: &Claim, now_ms: u64, expiry_ms: u64) -> bool {
         self.seen
             .iter()
-            .find(|s| s.0 == c.key())
+            .find(|s| s.0 == c.system_identifier)
             .is_none_or(|s| s.1 != c.version || now_ms.saturating_sub(s.2) < expiry_ms)
     }
 }
@@ -211,9 +201,8 @@ pub fn left_pairs_after(previous: &[i64], old: Option<&Claim>, now: Node) -> Vec
 /// claim is live while it changes here.
 #[derive(Clone, Debug, Default)]
 pub struct CopyWatch {
-    /// The version (`xmin`) of the last write of this server's own row, since the worker started.
-    written: Option<i64>,
-    /// The stamps (`last_seen` in Unix ms, `lease_id`) of this server's recent writes of it.
+    /// The stamps (`last_seen` in Unix ms, `lease_id`) of this server's recent writes of its own
+    /// row since the worker started, the last one last.
     stamps: Vec<(i64, i64)>,
     /// The copy's claim as last found, and when (monotonic ms).
     seen: Option<(Claim, u64)>,
@@ -226,9 +215,8 @@ impl CopyWatch {
     /// refreshes and leases (a relayed echo comes back within seconds).
     const STAMPS: usize = 256;
 
-    /// This server wrote its own row, which now has `version` and the stamp of `row`.
-    pub fn wrote(&mut self, version: i64, row: &Claim) {
-        self.written = Some(version);
+    /// This server wrote its own row, which now has the stamp of `row`.
+    pub fn wrote(&mut self, row: &Claim) {
         if self.stamps.len() == Self::STAMPS {
             self.stamps.remove(0);
         }
@@ -237,16 +225,13 @@ impl CopyWatch {
 
     /// This server's own row as read at `now_ms`, before it writes it again (`None`: no row):
     /// at every write of it, the refresh's and the lease's alike (a write of ours over the
-    /// copy's version would otherwise hide it). Returns the claim when it is a version this
-    /// server did not write.
+    /// copy's version would otherwise hide it). Returns the claim when its stamp is none this
+    /// server wrote (before it wrote any, nothing is compared).
     pub fn observe(&mut self, now_ms: u64, own: Option<Claim>) -> Option<Claim> {
-        let (Some(written), Some(found)) = (self.written, own) else {
-            return None;
-        };
-        if found.version == written
-            || self
-                .stamps
-                .contains(&(found.last_seen_unix_ms, found.lease_id))
+        let found = own.filter(|_| !self.stamps.is_empty())?;
+        if self
+            .stamps
+            .contains(&(found.last_seen_unix_ms, found.lease_id))
         {
             return None;
         }
@@ -667,22 +652,19 @@ mod tests {
         let mut w = CopyWatch::default();
         // Before the worker wrote anything since its start: nothing to compare with.
         assert_eq!(w.observe(0, Some(ours(9, 1))), None);
-        w.wrote(10, &ours(10, 100));
+        w.wrote(&ours(10, 100));
         assert_eq!(w.observe(REFRESH_MS, Some(ours(10, 100))), None);
         assert_eq!(
             w.observe(REFRESH_MS, None),
             None,
             "a row deleted is no copy"
         );
-        w.wrote(11, &ours(11, 200));
+        w.wrote(&ours(11, 200));
         // The lease recorded its ID (a write of ours).
-        w.wrote(
-            12,
-            &Claim {
-                lease_id: 2,
-                ..ours(12, 200)
-            },
-        );
+        w.wrote(&Claim {
+            lease_id: 2,
+            ..ours(12, 200)
+        });
         // An earlier write of ours relayed back (origin = any), in a new version: no copy.
         assert_eq!(w.observe(REFRESH_MS, Some(ours(15, 100))), None);
         // A DBA retired our claim, or a rewrite of the table: our stamp, no copy.
@@ -694,7 +676,7 @@ mod tests {
         // A stamp we never wrote: another server with our system identifier.
         let copy = ours(13, 250);
         assert_eq!(w.observe(2 * REFRESH_MS, Some(copy)), Some(copy));
-        w.wrote(14, &ours(14, 300));
+        w.wrote(&ours(14, 300));
         assert_eq!(w.announce(2 * REFRESH_MS, EXPIRY, false), Some(copy));
         assert_eq!(w.announce(3 * REFRESH_MS, EXPIRY, false), None, "once");
         assert_eq!(
