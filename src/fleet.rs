@@ -347,19 +347,22 @@ pub fn refresh(
                 "snowflake: subscription \"{subscription}\" applies _snowflake.claims again"
             ),
             PathEvent::Relays { subscription } => log!(
-                "snowflake: subscription \"{subscription}\" carries _snowflake.claims with origin = any: a claim its publisher received from a third server arrives relayed, and is watched only as far as that publisher (subscribe to every peer's claims directly, with origin = none on PostgreSQL 16 and later)"
+                "snowflake: subscription \"{subscription}\" carries _snowflake.claims with origin = any: a claim its publisher received from a third server would arrive relayed, watched only as far as that publisher, so while it exists no claim on datacenter_id {dc} and worker_id {w} expires here (retire a server that left; on PostgreSQL 16 and later, subscribe to every peer's claims directly with origin = none)"
             ),
         }
     }
     liveness.observe(now_ms, &claims);
     let stale = paths.claims_may_be_stale(now_ms);
-    if let Some(c) = copies.announce(now_ms, expiry, stale) {
+    // A copy's sighting outlives its expiry only while a path fails (a relaying path that
+    // applies does not hold it: a copy cannot be retired, and would be refused for good).
+    let failing = paths.paths_failing(now_ms);
+    if let Some(c) = copies.announce(now_ms, expiry, failing) {
         copy_warning(dc, w, &c);
     }
     let live = |c: &Claim| liveness.live(c, now_ms, expiry);
     // A copy of this server on its own pair first: it issues exactly our IDs.
     let copy_here = copies
-        .copy(now_ms, expiry, stale)
+        .copy(now_ms, expiry, failing)
         .filter(|c| c.datacenter == dc && c.worker == w);
     let found = copy_here.or_else(|| conflict(me, dc, w, &claims, |c| stale || live(c)));
     let only_because_stale =
@@ -431,7 +434,7 @@ fn node_claimed(
     claims_stale: bool,
 ) -> ! {
     let stale = if claims_stale {
-        " Claims may be out of date here: a subscription that carries _snowflake.claims to this server is not applying (the server log names it), and a server whose claims stop arriving cannot be told from one that left, so no claim expires until it applies again."
+        " Claims may be out of date here: a subscription that carries _snowflake.claims to this server is not applying, or relays claims from third servers (origin = any), and the server log names it; a server whose claims stop arriving cannot be told from one that left, so no claim expires while that lasts."
     } else {
         ""
     };
@@ -446,7 +449,7 @@ fn node_claimed(
         Some(&format!(
             "Give one of the two servers another snowflake.worker_id (or datacenter_id) and restart it. If the other server no longer runs, {}, or retire it now (it stays as the floor for this pair): UPDATE _snowflake.claims SET retired = true WHERE system_identifier = {other_system_identifier}.",
             if claims_stale {
-                "its claim does not expire while the path is not applying: repair the path".to_string()
+                "its claim does not expire while a path is not applying or relays: repair the path (with origin = none on PostgreSQL 16 and later)".to_string()
             } else {
                 format!("its claim expires once this server has seen it unchanged for {expiry_s} s")
             }

@@ -400,6 +400,17 @@ fn the_removal_recipe_frees_the_tables_and_the_server() {
     fs::write(&conf, kept.join("\n") + "\n").unwrap();
     c.start();
     assert_eq!(c.sql("SELECT count(*) FROM orders"), "4");
+    // Step 4 keeps `_snowflake` while the pair may be used again: the server preloads it again
+    // later, its clock 30 s behind, and issues above every ID it issued before.
+    c.stop("fast");
+    c.conf("shared_preload_libraries = 'snowflake'\nsnowflake.worker_id = 3\nsnowflake.max_clock_drift = '60s'");
+    c.fake_time(Some("-30s"));
+    c.start();
+    if common::worker_sees_the_clock(&c) {
+        c.sql("CREATE EXTENSION snowflake SCHEMA snowflake");
+        let again = c.sql_i64("SELECT snowflake.snowflake_nextval()");
+        assert!(again > max_old, "{again} is not above {max_old}");
+    }
 }
 
 /// The partitions example: ten days made (3 back, today, 6 ahead), a second call makes none,

@@ -288,6 +288,25 @@ fn three_writers_with_the_readme_recipes_add_and_retire_a_node() {
         )) >= 60
     );
 
+    // n4 moves to (2, 3) first (as a conflict's HINT suggests): its subscriptions, and its
+    // peers' subscriptions from it, keep the names of (2, 2), and the retire recipe still finds
+    // them (1.5.0's named them after the current pair and stopped at the first).
+    n4.conf("snowflake.worker_id = 3");
+    n4.stop("fast");
+    n4.start();
+    n4.wait_for("SELECT worker_id FROM snowflake_node()", "3", 10);
+    n4.wait_for("SELECT snowflake_nextval() > 0", "t", 30);
+    let n4_sysid = sysid(&n4);
+    for c in [&n1, &n2, &n3] {
+        c.wait_for(
+            &format!(
+                "SELECT worker_id FROM _snowflake.claims WHERE system_identifier = {n4_sysid}"
+            ),
+            "3",
+            20,
+        );
+    }
+
     // The owner of the replicated database has prepared it: a search_path that puts their own
     // current_setting() and bigint `=` (which the recipes' psql calls use) before pg_catalog's.
     // The recipes run as superuser and must not run them.
@@ -325,14 +344,16 @@ fn three_writers_with_the_readme_recipes_add_and_retire_a_node() {
     converge(&[&n1, &n2, &n3], 60);
     for c in [&n1, &n2, &n3] {
         assert_eq!(
-            c.sql("SELECT retired, lease_id >= 0 FROM _snowflake.claims WHERE datacenter_id = 2 AND worker_id = 2"),
-            "t|t"
+            c.sql(&format!("SELECT retired, worker_id FROM _snowflake.claims WHERE system_identifier = {n4_sysid}")),
+            "t|3"
         );
+        // The tombstone carries its last ID on the pair it left.
         assert!(
-            c.sql_i64(
-                "SELECT lease_id FROM _snowflake.claims WHERE datacenter_id = 2 AND worker_id = 2"
-            ) >= n4_max,
-            "the tombstone is below an ID the retired server issued"
+            c.sql_i64(&format!(
+                "SELECT max(x) FROM _snowflake.claims, unnest(left_pairs) x \
+                  WHERE system_identifier = {n4_sysid} AND (snowflake_decode(x)).worker_id = 2"
+            )) >= n4_max,
+            "the tombstone is below an ID the retired server issued on (2, 2)"
         );
     }
 
@@ -947,6 +968,108 @@ fn a_rewrite_of_a_servers_own_claim_is_no_copy() {
     );
     assert!(
         !x.log().contains("this server's system identifier"),
+        "{}",
+        x.log()
+    );
+}
+
+/// Claims relayed A → B → C (subscriptions with `origin = any`, the only kind before 16): when
+/// B stops receiving A's claims, C sees A's claim stop changing while its own path from B applies.
+/// A still runs on C's pair: C must not let its claim expire (1.5.0 did after the expiry, and
+/// issued A's IDs), and says why.
+#[test]
+fn a_claim_relayed_through_another_server_never_expires_by_silence() {
+    let mut a = node("relay-a", 1, 5);
+    let mut b = node("relay-b", 1, 6);
+    let mut c = node("relay-c", 1, 5);
+    for s in [&mut a, &mut b, &mut c] {
+        s.start();
+        s.sql("CREATE EXTENSION snowflake; SELECT snowflake_nextval()");
+        s.sql("CREATE PUBLICATION pub FOR TABLE _snowflake.claims");
+    }
+    let any = if pg_major() >= 16 {
+        ", origin = any"
+    } else {
+        ""
+    };
+    for (to, from, name) in [(&b, &a, "sub_from_a"), (&c, &b, "sub_from_b")] {
+        to.sql(&format!(
+            "CREATE SUBSCRIPTION {name} CONNECTION '{}' PUBLICATION pub WITH (copy_data = false{any})",
+            from.conninfo()
+        ));
+    }
+    assert!(eventually(40, || refuses(&c)), "A's claim did not reach C");
+    assert_eq!(
+        c.sql("SELECT claim_conflict_with::text FROM snowflake_node()"),
+        sysid(&a)
+    );
+    assert!(
+        c.log()
+            .contains("subscription \"sub_from_b\" carries _snowflake.claims with origin = any"),
+        "{}",
+        c.log()
+    );
+    // B's path from A stops; A runs on. Well past the expiry (15 s here), C still refuses.
+    b.sql("ALTER SUBSCRIPTION sub_from_a DISABLE");
+    thread::sleep(Duration::from_secs(30));
+    a.sql("SELECT snowflake_nextval()");
+    let e = c
+        .try_sql("SELECT snowflake_nextval()")
+        .expect_err("C issued on the pair of a server that runs, whose claim came relayed");
+    assert_eq!(e.sqlstate, "55000", "{}", e.raw);
+    assert!(e.detail.contains("relays claims"), "{}", e.raw);
+    // Retiring the claim still works.
+    c.sql(&format!(
+        "UPDATE _snowflake.claims SET retired = true WHERE system_identifier = {}",
+        sysid(&a)
+    ));
+    assert!(eventually(15, || !refuses(&c)), "C did not resume");
+}
+
+/// A peer that retires a stopped server's claim (as the conflict HINT says) sends back a version
+/// of that server's own row with a stamp of its earlier life: when the server is back and has
+/// written its claim again, that version arriving is no physical copy (1.6.0's first try took
+/// it for one and refused for a minute, and again at every hiccup of a claims path).
+#[test]
+fn a_claim_retired_by_a_peer_while_its_server_was_down_is_no_copy() {
+    if pg_major() < 16 {
+        return origin_none_is_refused_before_16();
+    }
+    let mut x = node("retired-x", 1, 5);
+    let mut y = node("retired-y", 1, 6);
+    for c in [&mut x, &mut y] {
+        c.start();
+        c.sql("CREATE EXTENSION snowflake; SELECT snowflake_nextval()");
+        c.sql("CREATE PUBLICATION pub FOR TABLE _snowflake.claims");
+    }
+    subscribe(&x, &y, "sub_from_y");
+    subscribe(&y, &x, "sub_from_x");
+    let x_sysid = sysid(&x);
+    y.wait_for(
+        &format!("SELECT count(*) FROM _snowflake.claims WHERE system_identifier = {x_sysid}"),
+        "1",
+        30,
+    );
+    // The retired version reaches X only after X has written its claim again.
+    x.sql("ALTER SUBSCRIPTION sub_from_y DISABLE");
+    x.stop("fast");
+    y.sql(&format!(
+        "UPDATE _snowflake.claims SET retired = true WHERE system_identifier = {x_sysid}"
+    ));
+    x.start();
+    let start = x.sql("SELECT now()");
+    x.wait_for(
+        &format!("SELECT count(*) FROM _snowflake.claims WHERE system_identifier = {x_sysid} AND last_seen > '{start}'"),
+        "1",
+        20,
+    );
+    x.sql("ALTER SUBSCRIPTION sub_from_y ENABLE");
+    // Two refreshes later, X issues, and said nothing of a copy.
+    thread::sleep(Duration::from_secs(11));
+    assert!(!refuses(&x), "{}", x.log());
+    assert!(
+        !x.log()
+            .contains("another server with this server's system identifier"),
         "{}",
         x.log()
     );

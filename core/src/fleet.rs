@@ -196,14 +196,22 @@ pub fn left_pairs_after(previous: &[i64], old: Option<&Claim>, now: Node) -> Vec
 /// again, was written by another running server with the same system identifier: a
 /// pg_basebackup or snapshot started beside its original, or a standby promoted while its
 /// primary still runs. A new version with a stamp of ours is no copy: one of our writes relayed
-/// back to us (`origin = any`), a DBA's `retired = true`, a table rewrite. Such a sighting stays
-/// a conflict (when the copy's claim is on our pair) for `claim_expiry` after the last one, as a
-/// claim is live while it changes here.
+/// back to us (`origin = any`), a DBA's `retired = true`, a table rewrite. Nor is one whose
+/// `last_seen` is older than the newest this server wrote (or found in its row at the worker's
+/// start): a write of an earlier life of this server's, or one too old to be remembered, that a
+/// peer sends back retired, or a restore of a dump puts back. A copy's refresh is stamped with
+/// its own `now()`, after this server's last write (clocks in step), so a copy is still seen at
+/// the next refresh; one whose clock is behind by more than a refresh may go unseen, which only
+/// weakens a check that is best-effort anyway. Such a sighting stays a conflict (when the copy's
+/// claim is on our pair) for `claim_expiry` after the last one, as a claim is live while it
+/// changes here.
 #[derive(Clone, Debug, Default)]
 pub struct CopyWatch {
     /// The stamps (`last_seen` in Unix ms, `lease_id`) of this server's recent writes of its own
     /// row since the worker started, the last one last.
     stamps: Vec<(i64, i64)>,
+    /// The newest `last_seen` of this server's writes, or of its row as first found.
+    newest: Option<i64>,
     /// The copy's claim as last found, and when (monotonic ms).
     seen: Option<(Claim, u64)>,
     /// Whether the current sighting was reported (`announce`).
@@ -221,17 +229,24 @@ impl CopyWatch {
             self.stamps.remove(0);
         }
         self.stamps.push((row.last_seen_unix_ms, row.lease_id));
+        self.newest = self.newest.max(Some(row.last_seen_unix_ms));
     }
 
     /// This server's own row as read at `now_ms`, before it writes it again (`None`: no row):
     /// at every write of it, the refresh's and the lease's alike (a write of ours over the
     /// copy's version would otherwise hide it). Returns the claim when its stamp is none this
-    /// server wrote (before it wrote any, nothing is compared).
+    /// server wrote and not older than its newest write. The row as first found since the worker
+    /// started is taken as this server's (an earlier life's last write): nothing is compared.
     pub fn observe(&mut self, now_ms: u64, own: Option<Claim>) -> Option<Claim> {
-        let found = own.filter(|_| !self.stamps.is_empty())?;
-        if self
-            .stamps
-            .contains(&(found.last_seen_unix_ms, found.lease_id))
+        let found = own?;
+        let Some(newest) = self.newest else {
+            self.wrote(&found);
+            return None;
+        };
+        if found.last_seen_unix_ms < newest
+            || self
+                .stamps
+                .contains(&(found.last_seen_unix_ms, found.lease_id))
         {
             return None;
         }
@@ -398,6 +413,12 @@ struct Path {
 /// worker runs or a new one replaced it, or it received nothing for `MIN_EXPIRY_MS` (a live peer
 /// sends a change every `REFRESH_MS`). It is *broken* (worth a WARNING) when disabled, failing,
 /// or bad at two readings in a row: an apply worker that is starting is bad for one reading only.
+///
+/// A path that relays (`PathReading::relays`: it takes changes of any origin) is never proven,
+/// however well it applies: a claim it brings may have come from a third server through its
+/// publisher, whose own path from that server this server cannot watch (A's claim reaching C
+/// through B stops changing at C when B's subscription from A stops, while C's path from B
+/// applies). So while such a path exists no claim expires here; retiring a claim still works.
 #[derive(Clone, Debug, Default)]
 pub struct PathWatch {
     paths: Vec<Path>,
@@ -488,22 +509,33 @@ impl PathWatch {
         events
     }
 
-    /// Whether a claim that stopped changing here may belong to a server that still runs.
+    /// Whether a path has not been seen applying for the smallest expiry (since the worker's
+    /// start, or since its last bad reading).
+    fn failing(p: &Path, now_ms: u64) -> bool {
+        p.healthy_since
+            .is_none_or(|since| now_ms.saturating_sub(since) < MIN_EXPIRY_MS)
+    }
+
+    /// Whether a claim that stopped changing here may belong to a server that still runs: a
+    /// path is failing, or one relays (it is never proven, however well it applies: a claim it
+    /// brings may have come through a hop this server cannot watch).
     pub fn claims_may_be_stale(&self, now_ms: u64) -> bool {
-        self.paths.iter().any(|p| {
-            p.healthy_since
-                .is_none_or(|since| now_ms.saturating_sub(since) < MIN_EXPIRY_MS)
-        })
+        self.paths
+            .iter()
+            .any(|p| p.last.relays || Self::failing(p, now_ms))
+    }
+
+    /// Whether a path is failing (relaying or not): claims that came through it may have
+    /// stopped arriving although their server runs.
+    pub fn paths_failing(&self, now_ms: u64) -> bool {
+        self.paths.iter().any(|p| Self::failing(p, now_ms))
     }
 
     /// The subscriptions whose claims may be stale now, for messages.
     pub fn unproven(&self, now_ms: u64) -> Vec<&str> {
         self.paths
             .iter()
-            .filter(|p| {
-                p.healthy_since
-                    .is_none_or(|since| now_ms.saturating_sub(since) < MIN_EXPIRY_MS)
-            })
+            .filter(|p| p.last.relays || Self::failing(p, now_ms))
             .map(|p| p.last.subscription.as_str())
             .collect()
     }
@@ -650,9 +682,17 @@ mod tests {
             ..claim(42, 1, 5, version)
         };
         let mut w = CopyWatch::default();
-        // Before the worker wrote anything since its start: nothing to compare with.
-        assert_eq!(w.observe(0, Some(ours(9, 1))), None);
+        // The row as first found since the worker started: an earlier life's, nothing compared.
+        assert_eq!(w.observe(0, Some(ours(9, 50))), None);
         w.wrote(&ours(10, 100));
+        // That write sent back by a peer that retired it while this server was down: no copy.
+        let retired_then = Claim {
+            retired: true,
+            ..ours(9, 50)
+        };
+        assert_eq!(w.observe(REFRESH_MS, Some(retired_then)), None);
+        // An older write of that life, restored from a dump or relayed late: no copy.
+        assert_eq!(w.observe(REFRESH_MS, Some(ours(8, 40))), None);
         assert_eq!(w.observe(REFRESH_MS, Some(ours(10, 100))), None);
         assert_eq!(
             w.observe(REFRESH_MS, None),
@@ -673,7 +713,10 @@ mod tests {
             ..ours(16, 200)
         };
         assert_eq!(w.observe(REFRESH_MS, Some(retired)), None);
-        // A stamp we never wrote: another server with our system identifier.
+        // A write of ours too old to be remembered: no copy.
+        assert_eq!(w.observe(REFRESH_MS, Some(ours(16, 150))), None);
+        // A stamp we never wrote, newer than our last write: another server with our system
+        // identifier.
         let copy = ours(13, 250);
         assert_eq!(w.observe(2 * REFRESH_MS, Some(copy)), Some(copy));
         w.wrote(&ours(14, 300));
@@ -847,7 +890,7 @@ mod tests {
     }
 
     #[test]
-    fn a_path_that_relays_is_said_once() {
+    fn a_path_that_relays_is_said_once_and_never_proven() {
         let mut w = PathWatch::default();
         let any = PathReading {
             relays: true,
@@ -858,7 +901,22 @@ mod tests {
             matches!(&events[..], [PathEvent::Relays { .. }]),
             "{events:?}"
         );
-        assert_eq!(w.observe(REFRESH_MS, vec![any]), vec![]);
+        assert_eq!(w.observe(REFRESH_MS, vec![any.clone()]), vec![]);
+        // However long it applies, it never proves a claim that stopped changing to be gone.
+        for i in 2..100 {
+            assert_eq!(w.observe(i * REFRESH_MS, vec![any.clone()]), vec![]);
+            assert!(w.claims_may_be_stale(i * REFRESH_MS));
+            assert_eq!(w.unproven(i * REFRESH_MS), vec!["claims_from_b"]);
+        }
+        // It applies, though: not failing (what a copy's sighting waits for).
+        assert!(!w.paths_failing(100 * REFRESH_MS));
+        // The same subscription made with origin = none, applying all along: proven.
+        let direct = PathReading {
+            relays: false,
+            ..any
+        };
+        w.observe(100 * REFRESH_MS, vec![direct]);
+        assert!(!w.claims_may_be_stale(100 * REFRESH_MS));
     }
 
     #[test]

@@ -133,6 +133,8 @@ impl Cluster {
                 "-X".as_ref(),
                 "stream".as_ref(),
                 "--no-sync".as_ref(),
+                // Not spread over checkpoint_completion_target (minutes, with dirty buffers).
+                "--checkpoint=fast".as_ref(),
             ],
         );
         let mut c = Cluster::at(&primary.bin, dir, data, port);
@@ -334,6 +336,16 @@ impl Cluster {
                 .output()
                 .unwrap(),
         )
+    }
+
+    /// One of the server's client programs (pg_dump, pg_restore, ...) connected to it as
+    /// `postgres`: arguments that name the database or files follow.
+    pub fn tool(&self, program: &str) -> Command {
+        let mut c = Command::new(self.bin.join(program));
+        c.arg("-h")
+            .arg(&self.dir)
+            .args(["-p", &self.port.to_string(), "-U", "postgres"]);
+        c
     }
 
     /// Runs a whole script file-style (statements separated by newlines, meta-commands allowed).

@@ -34,6 +34,23 @@ pub fn run_recipes(blocks: &[&str], vars: &[(&str, String)]) -> String {
     String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
+/// Runs an SQL recipe of the docs as written, with psql's `-v old_mark=...`, as superuser.
+pub fn run_sql_recipe(c: &Cluster, recipe: &str, old_mark: i64) {
+    let path = c.dir.join("recipe.sql");
+    std::fs::write(&path, readme_recipe(recipe)).unwrap();
+    let out = c
+        .psql_cmd("postgres")
+        .args(["-v", &format!("old_mark={old_mark}"), "-f"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{recipe}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// The connection URIs of `nodes`, space-separated (the recipes' NODES).
 pub fn uris(nodes: &[&Cluster]) -> String {
     nodes.iter().map(|c| c.uri()).collect::<Vec<_>>().join(" ")
