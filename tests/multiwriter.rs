@@ -934,12 +934,28 @@ fn a_server_back_after_its_pair_was_taken_issues_nothing_before_fresh_claims() {
     // X comes back while Y cannot be reached: it waits for the path (and says so) instead of
     // issuing from the claims it had.
     y.stop("fast");
+    let started = std::time::Instant::now();
     x.start();
-    let e = x
-        .try_sql("SELECT count(snowflake_nextval()) FROM generate_series(1, 100000)")
-        .expect_err("X issued IDs on (1, 5) before its claims were up to date");
-    assert_eq!(e.sqlstate, "55000", "{}", e.raw);
-    assert!(e.detail.contains("fleet check"), "{}", e.raw);
+    match x.try_sql("SELECT count(snowflake_nextval()) FROM generate_series(1, 100000)") {
+        Err(e) => {
+            assert_eq!(e.sqlstate, "55000", "{}", e.raw);
+            assert!(e.detail.contains("fleet check"), "{}", e.raw);
+        }
+        // A call that began late (a loaded machine) may outlast the start's bound (15 s) by its
+        // own wait (10 s): then it issues, as documented, only past the bound and with a WARNING.
+        Ok(_) => {
+            assert!(
+                started.elapsed() >= Duration::from_secs(15),
+                "X issued IDs on (1, 5) before its claims were up to date"
+            );
+            assert!(
+                x.log()
+                    .contains("have not brought them up to date within 15 s"),
+                "{}",
+                x.log()
+            );
+        }
+    }
     // Y is back: once its claim arrives, X refuses on it.
     y.start();
     assert!(eventually(40, || refuses(&x)), "X did not see Y's claim");
