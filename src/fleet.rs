@@ -347,22 +347,22 @@ pub fn refresh(
                 "snowflake: subscription \"{subscription}\" applies _snowflake.claims again"
             ),
             PathEvent::Relays { subscription } => log!(
-                "snowflake: subscription \"{subscription}\" carries _snowflake.claims with origin = any: a claim its publisher received from a third server would arrive relayed, watched only as far as that publisher, so while it exists no claim on datacenter_id {dc} and worker_id {w} expires here (retire a server that left; on PostgreSQL 16 and later, subscribe to every peer's claims directly with origin = none)"
+                "snowflake: subscription \"{subscription}\" carries _snowflake.claims with origin = any: a claim its publisher received from a third server would arrive relayed, watched only as far as that publisher, so while it exists no claim on datacenter_id {dc} and worker_id {w} expires here (retire a server that left; on PostgreSQL 16 and later, subscribe directly to every server whose claims it brings, and only then set origin = none: a claim that no path brings any more expires)"
             ),
         }
     }
     liveness.observe(now_ms, &claims);
+    // While claims may be stale here (a path failing or relaying), a copy's sighting outlives
+    // its expiry as any claim does: a copy cannot be retired, so only a restart of this server
+    // (or the end of the relaying path) ends that refusal, which the copy's HINT says.
     let stale = paths.claims_may_be_stale(now_ms);
-    // A copy's sighting outlives its expiry only while a path fails (a relaying path that
-    // applies does not hold it: a copy cannot be retired, and would be refused for good).
-    let failing = paths.paths_failing(now_ms);
-    if let Some(c) = copies.announce(now_ms, expiry, failing) {
+    if let Some(c) = copies.announce(now_ms, expiry, stale) {
         copy_warning(dc, w, &c);
     }
     let live = |c: &Claim| liveness.live(c, now_ms, expiry);
     // A copy of this server on its own pair first: it issues exactly our IDs.
     let copy_here = copies
-        .copy(now_ms, expiry, failing)
+        .copy(now_ms, expiry, stale)
         .filter(|c| c.datacenter == dc && c.worker == w);
     let found = copy_here.or_else(|| conflict(me, dc, w, &claims, |c| stale || live(c)));
     let only_because_stale =
@@ -449,7 +449,7 @@ fn node_claimed(
         Some(&format!(
             "Give one of the two servers another snowflake.worker_id (or datacenter_id) and restart it. If the other server no longer runs, {}, or retire it now (it stays as the floor for this pair): UPDATE _snowflake.claims SET retired = true WHERE system_identifier = {other_system_identifier}.",
             if claims_stale {
-                "its claim does not expire while a path is not applying or relays: repair the path (with origin = none on PostgreSQL 16 and later)".to_string()
+                "its claim does not expire while a path is not applying or relays: repair the path (for one that relays, first subscribe directly to every server whose claims it brings, then set origin = none: a claim that no path brings any more expires)".to_string()
             } else {
                 format!("its claim expires once this server has seen it unchanged for {expiry_s} s")
             }
@@ -496,8 +496,8 @@ fn copy_claimed(
             "snowflake datacenter_id {datacenter} and worker_id {worker} are also used by a physical copy of this server"
         ),
         Some(format!(
-            "Another server with this server's own system identifier {system_identifier} wrote its claim on this pair, last seen at {last_seen}: a pg_basebackup or snapshot started beside this server, or a standby promoted while it runs. Both would issue the same IDs, so this server generates none until that server's claims have stopped arriving for {expiry_s} s."
+            "Another server with this server's own system identifier {system_identifier} wrote its claim on this pair, last seen at {last_seen}: a pg_basebackup or snapshot started beside this server, or a standby promoted while it runs. Both would issue the same IDs, so this server generates none until that server's claims have stopped arriving for {expiry_s} s, and not while a subscription that brings claims here is not applying or relays claims (origin = any): this server cannot tell then whether the copy stopped."
         )),
-        Some("Stop the copy. A copy that must write needs a new system identifier (a new cluster made by initdb, filled by pg_dump or logical replication) and its own pair."),
+        Some("Stop the copy; then, if a subscription here is not applying or relays claims, restart this server. A copy that must write needs a new system identifier (a new cluster made by initdb, filled by pg_dump or logical replication) and its own pair."),
     )
 }

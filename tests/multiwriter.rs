@@ -852,6 +852,35 @@ fn a_physical_copy_that_sees_its_original_refuses() {
     assert!(eventually(40, || !refuses(&c)), "the copy did not resume");
 }
 
+/// The same seen from the original, the copy's clock 6 s behind: the copy's claims carry times
+/// older than the original's last write (a check that took every stamp older than that for an
+/// earlier write of its own missed the copy, and both issued the same IDs), but later than the
+/// original's start.
+#[test]
+fn a_physical_copy_whose_clock_is_behind_is_seen_by_its_original() {
+    let mut a = node("phys-behind-a", 1, 5);
+    a.start();
+    a.sql("CREATE EXTENSION snowflake; SELECT snowflake_nextval(); CREATE PUBLICATION pub FOR TABLE _snowflake.claims");
+    // The original has run for longer than the copy's clock is behind.
+    thread::sleep(Duration::from_secs(8));
+    let mut c = Cluster::standby_of(&a, "phys-behind-copy");
+    c.fake_time(Some("-6s"));
+    c.start();
+    c.wait_for("SELECT pg_is_in_recovery()", "t", 30);
+    c.promote();
+    c.wait_for("SELECT snowflake_nextval() > 0", "t", 30);
+    a.sql(&format!(
+        "CREATE SUBSCRIPTION sub_from_copy CONNECTION '{}' PUBLICATION pub WITH (copy_data = false)",
+        c.conninfo()
+    ));
+    assert!(
+        eventually(30, || refuses(&a)),
+        "the original did not see its copy within 30 s"
+    );
+    let e = a.sql_err("SELECT snowflake_nextval()");
+    assert!(e.message.contains("physical copy"), "{}", e.raw);
+}
+
 /// A server that moves to another pair leaves its claim on the old pair as a tombstone with the
 /// last ID it issued there: the server that takes that pair next continues above it (1.5.0
 /// replaced the claim, and the next holder, its clock behind the first one's IDs, repeated them).

@@ -274,3 +274,72 @@ fn a_server_rebuilt_from_a_dump_repeats_nothing_after_the_runbook() {
     common::run_sql_recipe(&new, "raise-mark", mark);
     assert_no_repeat(&new, "new");
 }
+
+/// Moving `snowflake.database` as the runbook says, after the server left a pair: the copy of
+/// `_snowflake` keeps the floor of the pair it left (`left_pairs`), and the old database's final
+/// mark raised after the restart, with the clock 30 s behind, repeats nothing (1.5.0's runbook
+/// carried the mark only: the pair's next holder repeated the server's IDs).
+#[test]
+fn moving_the_lease_database_keeps_every_floor() {
+    if !clocks_move_whole_servers() {
+        return;
+    }
+    let mut c = Cluster::new("move-db", SETTINGS);
+    c.fake_time(None);
+    c.start();
+    c.sql(SETUP);
+    issue(&c, 1.0, "on 5");
+    let last_on_5 = c.sql_i64("SELECT max(id) FROM ids");
+    // The server moves from (2, 5) to (2, 6): its claim keeps its last ID on (2, 5).
+    c.conf("snowflake.worker_id = 6");
+    c.stop("fast");
+    c.start();
+    c.wait_for("SELECT snowflake.snowflake_nextval() > 0", "t", 30);
+    c.sql("CREATE DATABASE sfdb");
+    common::run_recipes(
+        &["move-database"],
+        &[
+            ("PGHOST", c.dir.display().to_string()),
+            ("PGPORT", c.port.to_string()),
+            ("PGUSER", "postgres".to_string()),
+            ("NEW_DB", "sfdb".to_string()),
+        ],
+    );
+    // IDs go on until the restart, past the copy's mark.
+    issue(&c, 2.0, "old");
+    let ids = ids_of(&c);
+    // (On 16 and later libfaketime reaches the lease worker too; `worker_sees_the_clock` reads
+    // the claims of the `postgres` database, which this server's worker no longer writes.)
+    c.set_fake_offset("-30s");
+    c.stop("fast");
+    c.start();
+    let me = c.sql("SELECT system_identifier FROM pg_control_system()");
+    let left = c
+        .try_sql_in(
+            "sfdb",
+            &format!(
+                "SELECT max(x) FROM _snowflake.claims, unnest(left_pairs) x WHERE system_identifier = {me}"
+            ),
+        )
+        .unwrap();
+    assert!(
+        left.parse::<i64>().is_ok_and(|x| x >= last_on_5),
+        "the floor of the pair it left is lost: {left:?}, last ID there {last_on_5}"
+    );
+    carry_ids(&ids, &c);
+    let mark = c.sql_i64("SELECT last_value FROM _snowflake.lease_ms");
+    let copied = c
+        .try_sql_in("sfdb", "SELECT last_value FROM _snowflake.lease_ms")
+        .unwrap();
+    assert_eq!(
+        c.sql(&format!(
+            "SELECT {copied} < m, (extract(epoch FROM clock_timestamp()) * 1000)::bigint < m \
+               FROM (SELECT (extract(epoch FROM snowflake.snowflake_timestamp(max(id))) * 1000)::bigint AS m \
+                       FROM old_ids) x"
+        )),
+        "t|t",
+        "the copy's mark and the clock are not both below the last IDs"
+    );
+    common::run_sql_recipe(&c, "raise-mark", mark);
+    assert_no_repeat(&c, "new");
+}

@@ -197,21 +197,24 @@ pub fn left_pairs_after(previous: &[i64], old: Option<&Claim>, now: Node) -> Vec
 /// pg_basebackup or snapshot started beside its original, or a standby promoted while its
 /// primary still runs. A new version with a stamp of ours is no copy: one of our writes relayed
 /// back to us (`origin = any`), a DBA's `retired = true`, a table rewrite. Nor is one whose
-/// `last_seen` is older than the newest this server wrote (or found in its row at the worker's
-/// start): a write of an earlier life of this server's, or one too old to be remembered, that a
-/// peer sends back retired, or a restore of a dump puts back. A copy's refresh is stamped with
-/// its own `now()`, after this server's last write (clocks in step), so a copy is still seen at
-/// the next refresh; one whose clock is behind by more than a refresh may go unseen, which only
-/// weakens a check that is best-effort anyway. Such a sighting stays a conflict (when the copy's
-/// claim is on our pair) for `claim_expiry` after the last one, as a claim is live while it
-/// changes here.
+/// `last_seen` is at or before that of the row as this worker first found it: a write of an
+/// earlier life of this server's (its last one, or an older one) that a peer sends back retired
+/// while the server was down, or a restore of a dump puts back. A copy writes after it was made,
+/// stamped with its own `now()`: after this worker's start unless the copy's clock is behind by
+/// more than the time since (a copy made from a server that started moments before it, with
+/// its clock behind, may go unseen until that time has passed). A restore of a dump made in this
+/// worker's life more than `STAMPS` writes ago (about 20 minutes) is taken for a copy, refused
+/// for `claim_expiry`: a safe mistake. Such a sighting stays a conflict (when the copy's claim
+/// is on our pair) for `claim_expiry` after the last one, as a claim is live while it changes
+/// here, or longer while claims may be stale here.
 #[derive(Clone, Debug, Default)]
 pub struct CopyWatch {
     /// The stamps (`last_seen` in Unix ms, `lease_id`) of this server's recent writes of its own
     /// row since the worker started, the last one last.
     stamps: Vec<(i64, i64)>,
-    /// The newest `last_seen` of this server's writes, or of its row as first found.
-    newest: Option<i64>,
+    /// The `last_seen` of this server's row as this worker first found it (its earlier life's
+    /// last write), once found.
+    found_at_start: Option<i64>,
     /// The copy's claim as last found, and when (monotonic ms).
     seen: Option<(Claim, u64)>,
     /// Whether the current sighting was reported (`announce`).
@@ -229,21 +232,20 @@ impl CopyWatch {
             self.stamps.remove(0);
         }
         self.stamps.push((row.last_seen_unix_ms, row.lease_id));
-        self.newest = self.newest.max(Some(row.last_seen_unix_ms));
     }
 
     /// This server's own row as read at `now_ms`, before it writes it again (`None`: no row):
     /// at every write of it, the refresh's and the lease's alike (a write of ours over the
     /// copy's version would otherwise hide it). Returns the claim when its stamp is none this
-    /// server wrote and not older than its newest write. The row as first found since the worker
-    /// started is taken as this server's (an earlier life's last write): nothing is compared.
+    /// server wrote and later than the row as this worker first found it, which is taken as
+    /// this server's (an earlier life's last write): nothing is compared then.
     pub fn observe(&mut self, now_ms: u64, own: Option<Claim>) -> Option<Claim> {
         let found = own?;
-        let Some(newest) = self.newest else {
-            self.wrote(&found);
+        let Some(at_start) = self.found_at_start else {
+            self.found_at_start = Some(found.last_seen_unix_ms);
             return None;
         };
-        if found.last_seen_unix_ms < newest
+        if found.last_seen_unix_ms <= at_start
             || self
                 .stamps
                 .contains(&(found.last_seen_unix_ms, found.lease_id))
@@ -525,12 +527,6 @@ impl PathWatch {
             .any(|p| p.last.relays || Self::failing(p, now_ms))
     }
 
-    /// Whether a path is failing (relaying or not): claims that came through it may have
-    /// stopped arriving although their server runs.
-    pub fn paths_failing(&self, now_ms: u64) -> bool {
-        self.paths.iter().any(|p| Self::failing(p, now_ms))
-    }
-
     /// The subscriptions whose claims may be stale now, for messages.
     pub fn unproven(&self, now_ms: u64) -> Vec<&str> {
         self.paths
@@ -713,10 +709,10 @@ mod tests {
             ..ours(16, 200)
         };
         assert_eq!(w.observe(REFRESH_MS, Some(retired)), None);
-        // A write of ours too old to be remembered: no copy.
-        assert_eq!(w.observe(REFRESH_MS, Some(ours(16, 150))), None);
-        // A stamp we never wrote, newer than our last write: another server with our system
-        // identifier.
+        // A stamp we never wrote, after this worker's start, even older than our last write
+        // (a copy whose clock is behind ours): another server with our system identifier.
+        let behind = ours(16, 150);
+        assert_eq!(w.observe(REFRESH_MS, Some(behind)), Some(behind));
         let copy = ours(13, 250);
         assert_eq!(w.observe(2 * REFRESH_MS, Some(copy)), Some(copy));
         w.wrote(&ours(14, 300));
@@ -908,8 +904,6 @@ mod tests {
             assert!(w.claims_may_be_stale(i * REFRESH_MS));
             assert_eq!(w.unproven(i * REFRESH_MS), vec!["claims_from_b"]);
         }
-        // It applies, though: not failing (what a copy's sighting waits for).
-        assert!(!w.paths_failing(100 * REFRESH_MS));
         // The same subscription made with origin = none, applying all along: proven.
         let direct = PathReading {
             relays: false,
