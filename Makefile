@@ -32,7 +32,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 DEPS_LEVELS := build package unit demo test bench
 
 .PHONY: deps $(addprefix deps-,$(DEPS_LEVELS)) install pg-config demo test test-major unit glue-unit \
-  upgrade-source citus lint bench package clean
+  upgrade-source citus lint bench package clean sim sim-budget sim-mutants loom
 
 # What each target needs, installed where it is missing: `deps-build` for `install`, and so on
 # (scripts/deps.sh lists what each level holds). `make deps` installs everything, for this major.
@@ -66,13 +66,36 @@ demo: deps-demo install
 
 # Every test: the pure core (unit + property + multi-threaded stress tests) once, then, for each
 # major, the SQL tests against real clusters that the tests start and stop themselves.
-test: unit glue-unit
+test: unit glue-unit sim-budget loom
 	@for m in $(TEST_MAJORS); do $(MAKE) --no-print-directory test-major PG_MAJOR=$$m || exit 1; done
 
 # The pure core's tests (unit, property and multi-threaded stress tests): the crate
 # snowflake-core has no pgrx and no PostgreSQL in its tree, so nothing is installed for them.
+# The simulator's own tests too.
 unit:
-	cargo test -p snowflake-core
+	cargo test -p snowflake-core -p snowflake-sim
+
+# The horizon's slots over every interleaving of backends and a reader (core/src/horizon.rs,
+# `loom_tests`), in a build of their own: --cfg loom swaps the slots' atomics for loom's.
+loom:
+	RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo test --release -p snowflake-core --lib loom_tests
+
+# The deterministic simulator (sim/, CONTRIBUTING.md "The simulator"): `make sim` runs schedules
+# from a random seed for SIM_SECONDS (default 60) and is what a contributor runs before a
+# release; `make sim SEED=n` replays one seed and shrinks what it breaks.
+SIM_SECONDS ?= 60
+sim:
+	SIM_SECONDS=$(SIM_SECONDS) SEED=$(SEED) cargo run --release --quiet -p snowflake-sim
+
+# The defects of this project's history put back one at a time into a copy of the core: the
+# budget below must find each (sim/mutants.py lists them).
+sim-mutants:
+	python3 sim/mutants.py
+
+# make test's share: the same seeds every time (about 30 s of schedules on two cores).
+SIM_BUDGET := 8000
+sim-budget:
+	SIM_SCHEDULES=$(SIM_BUDGET) SIM_FIRST_SEED=1 cargo run --release --quiet -p snowflake-sim
 
 # The glue's own unit tests are built with the crate's default feature (pg15): they need that
 # major's headers and pgrx's config naming it, but no server.

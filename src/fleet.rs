@@ -8,12 +8,10 @@
 //! role may own, so each names its functions and operators with their schema (see [`crate::lease`]).
 
 use crate::config;
-use crate::core::fleet::{
-    conflict, left_pairs_after, Claim, CopyWatch, LeftPair, Liveness, PathEvent, PathReading,
-    PathWatch,
-};
-use crate::core::layout::{assemble, Node, MAX_SEQUENCE, MAX_TIMESTAMP};
+use crate::core::fleet::{Claim, LeftPair, PathEvent, PathReading};
+use crate::core::layout::Node;
 use crate::core::time::{pg_timestamp_to_unix_ms, unix_ms_to_pg_timestamp};
+use crate::core::worker::{Refreshed, Settings, Worker};
 use crate::errors;
 use crate::generator::GENERATOR;
 use pgrx::bgworkers::BackgroundWorker;
@@ -101,7 +99,7 @@ fn read_left_pairs() -> Vec<LeftPair> {
 }
 
 /// A write of this server's own claim, as `RETURNING last_seen, lease_id` gives it back: its
-/// stamp, for [`CopyWatch::wrote`].
+/// stamp, for [`crate::core::fleet::CopyWatch::wrote`].
 const RETURNING_STAMP: &str = "RETURNING last_seen, lease_id";
 
 /// Runs a statement that writes this server's own claim and returns its stamp
@@ -133,64 +131,35 @@ pub fn handover_floor(node: Node) -> Option<i64> {
     )
 }
 
-/// The timestamp field of the last lease this server recorded in its own claim (`record_lease`),
-/// 0 if none, inside the caller's transaction: a floor that a restore lowering the mark leaves
-/// alone (a dump's claims are other servers' rows).
-pub fn own_claim_lease_ms() -> u64 {
-    Spi::get_one_with_args::<i64>(
-        "SELECT lease_id FROM _snowflake.claims WHERE system_identifier OPERATOR(pg_catalog.=) $1",
-        &[system_identifier().into()],
-    )
-    .ok()
-    .flatten()
-    .and_then(|id| crate::core::layout::decompose(id).ok())
-    .map_or(0, |p| p.ms)
-}
-
-/// The highest ID this server may have issued: the last ID of its lease (or of its floor before
-/// the first lease since start-up).
-fn my_lease_id(node: Node) -> i64 {
-    // The lease bounds what was issued; before the first lease since start-up, the floor does (a
-    // floor raised above the lease, by `snowflake_set_floor()`, is not issued under yet, and is
-    // the lease's business: the claim must not run ahead of the persisted mark).
-    let ms = {
-        let g = GENERATOR.share();
-        match g.state.lease() {
-            Some(lease) if lease > 0 => lease.min(crate::core::layout::MAX_TIMESTAMP),
-            _ => g.state.highest_possible_ms(),
-        }
-    };
-    if ms == 0 {
-        0
-    } else {
-        assemble(ms, node, MAX_SEQUENCE)
-    }
-}
-
 /// Writes the last ID of a lease into this server's own claim, in the transaction that persists
 /// the lease ([`crate::lease`]): so the claim's `lease_id` is, at every moment, at least every ID
 /// this server has issued, and retiring a server copies it from its own claim (docs/multi-writer.md,
 /// "Retiring a node") with no arithmetic of the superuser's own. Before the first refresh since
 /// the claims table was made there is no row, and the refresh writes it.
-/// Returns this server's own claim as it was before (for [`CopyWatch::observe`]) and the stamp of
-/// the row written (for [`CopyWatch::wrote`]), if there was one.
-pub fn record_lease(node: Node, lease_ms: u64) -> (Option<Claim>, Option<Claim>) {
+/// The row also gets this server's pair (the lease's): a restore that put back an older row of
+/// ours on another pair must not reach the peers through this write.
+/// Returns this server's own claim as it was before (for [`crate::core::fleet::CopyWatch::observe`]) and the stamp of
+/// the row written (for [`crate::core::fleet::CopyWatch::wrote`]), if there was one.
+pub fn record_lease(lease_id: i64, node: Node) -> (Option<Claim>, Option<Claim>) {
     let before = own_claim();
     let written = write_own_claim(
         &format!(
-            "UPDATE _snowflake.claims SET lease_id = GREATEST(lease_id, $2)
+            "UPDATE _snowflake.claims SET lease_id = GREATEST(lease_id, $2),
+                    datacenter_id = $3, worker_id = $4
               WHERE system_identifier OPERATOR(pg_catalog.=) $1 {RETURNING_STAMP}"
         ),
         &[
             system_identifier().into(),
-            assemble(lease_ms.min(MAX_TIMESTAMP), node, MAX_SEQUENCE).into(),
+            lease_id.into(),
+            (node.datacenter() as i32).into(),
+            (node.worker() as i32).into(),
         ],
     );
     (before, written)
 }
 
 /// This server's own claim, inside the caller's transaction.
-fn own_claim() -> Option<Claim> {
+pub fn own_claim() -> Option<Claim> {
     let me = system_identifier();
     read_claims()
         .into_iter()
@@ -198,7 +167,7 @@ fn own_claim() -> Option<Claim> {
 }
 
 /// The pairs this server left, as its own claim carries them, inside the caller's transaction.
-fn own_left_pairs() -> Vec<i64> {
+pub fn own_left_pairs() -> Vec<i64> {
     Spi::get_one_with_args::<Vec<i64>>(
         "SELECT left_pairs FROM _snowflake.claims WHERE system_identifier OPERATOR(pg_catalog.=) $1",
         &[system_identifier().into()],
@@ -284,29 +253,26 @@ pub fn paths_now() -> Vec<PathReading> {
     BackgroundWorker::transaction(read_paths)
 }
 
-/// Writes this server's claim, reads the others' on its pair, and sets or clears the refusal.
-/// `seen` is the conflict of the previous refresh, so that the start and the end of a conflict
-/// are logged once each; `paths` watches the subscriptions that bring the claims here,
-/// `liveness` when each claim last changed here, and `now_ms` is the worker's monotonic clock.
-pub fn refresh(
-    seen: Option<Claim>,
-    paths: &mut PathWatch,
-    liveness: &mut Liveness,
-    copies: &mut CopyWatch,
-    now_ms: u64,
-) -> Option<Claim> {
-    let me = system_identifier();
-    let node = config::node();
+/// Writes this server's claim, reads the others' on its pair, and gives both to the protocol
+/// ([`crate::core::worker::Worker::refreshed`]), which sets or clears the refusal; says what it
+/// concluded. `now_ms` is the worker's monotonic clock.
+pub fn refresh(worker: &mut Worker, settings: &Settings, now_ms: u64) {
+    let me = settings.system_identifier;
+    let node = settings.node;
     let (dc, w) = (node.datacenter(), node.worker());
-    let expiry = config::claim_expiry_ms();
-    let (claims, readings, own, written) = BackgroundWorker::transaction(|| {
+    // An error in the transaction ends the worker, and the protocol's state with it.
+    let mut protocol = std::panic::AssertUnwindSafe(&mut *worker);
+    let read = BackgroundWorker::transaction(move || {
         Spi::run("SET LOCAL synchronous_commit = off").expect("set synchronous_commit");
         // Our own row as it is now, before we write it again: a version we did not write came
-        // from another server with our system identifier (see [`CopyWatch`]).
+        // from another server with our system identifier (see [`crate::core::fleet::CopyWatch`]).
         let own = own_claim();
-        // Moved to another pair since our row was written: the old pair joins the pairs we
-        // left, with the last ID we may have issued there (a floor for its next holder).
-        let left = left_pairs_after(&own_left_pairs(), own.as_ref(), node);
+        // The highest ID we may have issued, and the pairs we left (the old pair joins them, with
+        // the last ID we may have issued there, if we moved: a floor for its next holder).
+        let (lease_id, left) = {
+            let state = GENERATOR.share().state;
+            protocol.claim_row(own.as_ref(), &own_left_pairs(), node, &state)
+        };
         let token = node_token();
         // Delete and insert rather than update: a peer that subscribed after our row was made
         // (copy_data = false) has no row to update, and would never learn of us. Only our own
@@ -328,16 +294,27 @@ pub fn refresh(
                 token.into(),
                 (dc as i32).into(),
                 (w as i32).into(),
-                my_lease_id(node).into(),
+                lease_id.into(),
                 left.into(),
             ],
         )
         .expect("the claim written");
-        (read_claims(), read_paths(), own, written)
+        Refreshed {
+            own_before: own,
+            written,
+            claims: read_claims(),
+            left_pairs: read_left_pairs(),
+            paths: read_paths(),
+        }
     });
-    copies.observe(now_ms, own);
-    copies.wrote(&written);
-    for event in paths.observe(now_ms, readings) {
+    let view = {
+        let mut g = GENERATOR.exclusive();
+        let view = worker.refreshed(now_ms, read, settings, &mut g.state);
+        g.conflict = view.conflict.unwrap_or(Claim::NONE);
+        g.claims_stale = view.claims_stale;
+        view
+    };
+    for event in view.events {
         match event {
             PathEvent::Broke { subscription, why } => warning!(
                 "snowflake: subscription \"{subscription}\" carries _snowflake.claims to this server and is not applying: {why}; other servers' claims may be out of date, so until it has applied again for {} s no claim on datacenter_id {dc} and worker_id {w} expires",
@@ -351,29 +328,10 @@ pub fn refresh(
             ),
         }
     }
-    liveness.observe(now_ms, &claims);
-    // While claims may be stale here (a path failing or relaying), a copy's sighting outlives
-    // its expiry as any claim does: a copy cannot be retired, so only a restart of this server
-    // (or the end of the relaying path) ends that refusal, which the copy's HINT says.
-    let stale = paths.claims_may_be_stale(now_ms);
-    if let Some(c) = copies.announce(now_ms, expiry, stale) {
+    if let Some(c) = view.copy_announced {
         copy_warning(dc, w, &c);
     }
-    let live = |c: &Claim| liveness.live(c, now_ms, expiry);
-    // A copy of this server on its own pair first: it issues exactly our IDs.
-    let copy_here = copies
-        .copy(now_ms, expiry, stale)
-        .filter(|c| c.datacenter == dc && c.worker == w);
-    let found = copy_here.or_else(|| conflict(me, dc, w, &claims, |c| stale || live(c)));
-    let only_because_stale =
-        copy_here.is_none() && found.is_some() && conflict(me, dc, w, &claims, live).is_none();
-    {
-        let mut g = GENERATOR.exclusive();
-        g.state.set_refused(found.is_some());
-        g.conflict = found.unwrap_or(Claim::NONE);
-        g.claims_stale = only_because_stale;
-    }
-    match (seen, found) {
+    match (view.before, view.conflict) {
         (None, Some(c)) if c.system_identifier == me => warning!(
             "snowflake datacenter_id {dc} and worker_id {w} are also used by another server with this server's own system identifier {me} (a physical copy): snowflake_nextval() refuses until its claims stop arriving"
         ),
@@ -386,7 +344,6 @@ pub fn refresh(
         ),
         _ => {}
     }
-    found
 }
 
 pub fn last_seen(c: &Claim) -> Option<TimestampWithTimeZone> {
@@ -458,7 +415,7 @@ fn node_claimed(
 }
 
 /// The claim of another server with this server's own system identifier arrived here (see
-/// [`CopyWatch`]): said once per sighting, whatever pair it is on.
+/// [`crate::core::fleet::CopyWatch`]): said once per sighting, whatever pair it is on.
 fn copy_warning(datacenter: u32, worker: u32, copy: &Claim) {
     let same = copy.datacenter == datacenter && copy.worker == worker;
     errors::report(
@@ -482,7 +439,7 @@ fn copy_warning(datacenter: u32, worker: u32, copy: &Claim) {
     );
 }
 
-/// A physical copy of this server uses its pair (see [`CopyWatch`]).
+/// A physical copy of this server uses its pair (see [`crate::core::fleet::CopyWatch`]).
 fn copy_claimed(
     datacenter: u32,
     worker: u32,

@@ -19,8 +19,6 @@ pub struct Shared {
     /// set by a backend that needs a lease renewed now; 0 while no worker has started.
     pub worker_latch: usize,
     pub worker_pid: i32,
-    /// IDs issued when the worker last renewed, to tell an idle server from a busy one.
-    pub issued_at_renewal: u64,
     /// The other server's claim while `state.refused` is set (see [`crate::fleet`]).
     pub conflict: crate::core::fleet::Claim,
     /// Whether that claim is a conflict only because claims may be stale here (a path that
@@ -107,7 +105,6 @@ impl Default for Shared {
             state: State::awaiting_lease(),
             worker_latch: 0,
             worker_pid: 0,
-            issued_at_renewal: 0,
             conflict: crate::core::fleet::Claim::NONE,
             claims_stale: false,
             foreign: ForeignObject::NONE,
@@ -148,7 +145,7 @@ struct Hot {
     lock: *mut pg_sys::LWLock,
     /// The holding slot of this process's transaction (see [`crate::horizon`]); null when
     /// `snowflake.track_horizon` is off.
-    slot: *const std::sync::atomic::AtomicI64,
+    slot: *const crate::core::horizon::Slot,
 }
 
 static mut HOT: Hot = Hot {
@@ -168,7 +165,7 @@ mod unguarded {
 
 /// Sets up the hot path of this process, once; `slot` finds the read horizon's slot that its IDs
 /// are held in (null when tracking is off).
-pub fn enable_hot_path(slot: fn() -> *const std::sync::atomic::AtomicI64) {
+pub fn enable_hot_path(slot: fn() -> *const crate::core::horizon::Slot) {
     // SAFETY: backends are single-threaded; the pointers stay valid for the process's life.
     unsafe {
         if HOT.shared.is_null() {
@@ -215,12 +212,7 @@ pub unsafe fn hot_attempt(
         // the lock is released (IDs increase, so only the first of a transaction is stored).
         if let Ok(crate::core::generator::Step::Issued(id)) = step {
             if !hot.slot.is_null() {
-                let slot = &*hot.slot;
-                let held = slot.load(std::sync::atomic::Ordering::Relaxed);
-                let hold = crate::core::horizon::hold(held, id);
-                if hold != held {
-                    slot.store(hold, std::sync::atomic::Ordering::Relaxed);
-                }
+                (*hot.slot).hold(id);
             }
         }
         unguarded::LWLockRelease(hot.lock);

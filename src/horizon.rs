@@ -25,12 +25,13 @@
 //!   that cannot record a survivor reports -1 and runs again at the next call.
 
 use crate::config;
+use crate::core::horizon::Slot;
 use crate::core::horizon::{horizon, EMPTY, UNKNOWN};
 use crate::errors;
 use crate::generator::GENERATOR;
 use pgrx::prelude::*;
 use pgrx::{pg_sys, PgSqlErrorCode};
-use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 #[repr(C)]
 struct Header {
@@ -52,19 +53,19 @@ struct Prepared {
     min_id: i64,
 }
 
-/// The segment: a `Header`, then `capacity` AtomicI64, then `prepared` entries. Null when
+/// The segment: a `Header`, then `capacity` slots, then `prepared` entries. Null when
 /// `snowflake.track_horizon` is off or the library is not preloaded.
 static mut SEGMENT: *mut Header = std::ptr::null_mut();
 static mut REQUESTED: (usize, usize) = (0, 0);
 
 fn size(slots: usize, prepared: usize) -> usize {
     std::mem::size_of::<Header>()
-        + slots * std::mem::size_of::<AtomicI64>()
+        + slots * std::mem::size_of::<Slot>()
         + prepared * std::mem::size_of::<Prepared>()
 }
 
-unsafe fn slots_ptr(h: *mut Header) -> *mut AtomicI64 {
-    unsafe { (h as *mut u8).add(std::mem::size_of::<Header>()) as *mut AtomicI64 }
+unsafe fn slots_ptr(h: *mut Header) -> *mut Slot {
+    unsafe { (h as *mut u8).add(std::mem::size_of::<Header>()) as *mut Slot }
 }
 
 unsafe fn prepared_ptr(h: *mut Header) -> *mut Prepared {
@@ -162,7 +163,7 @@ pub fn init() {
                         scanned: AtomicBool::new(prepared == 0),
                     });
                     for i in 0..slots {
-                        slots_ptr(h).add(i).write(AtomicI64::new(EMPTY));
+                        slots_ptr(h).add(i).write(Slot::empty());
                     }
                     for i in 0..prepared {
                         prepared_ptr(h).add(i).write(Prepared { xid: 0, min_id: 0 });
@@ -176,7 +177,7 @@ pub fn init() {
 }
 
 /// The slot of `proc`, or None when tracking is off or `proc` has none (an auxiliary process).
-unsafe fn slot_of(proc: *mut pg_sys::PGPROC) -> Option<&'static AtomicI64> {
+unsafe fn slot_of(proc: *mut pg_sys::PGPROC) -> Option<&'static Slot> {
     unsafe {
         let h = SEGMENT;
         if h.is_null() || proc.is_null() {
@@ -192,7 +193,7 @@ unsafe fn slot_of(proc: *mut pg_sys::PGPROC) -> Option<&'static AtomicI64> {
 /// The slot that the IDs this process issues are held in: its own, or in a parallel worker its
 /// leader's. Null when tracking is off. Errors if the process has none, rather than issue IDs
 /// that no slot holds.
-pub fn hot_slot() -> *const AtomicI64 {
+pub fn hot_slot() -> *const Slot {
     unsafe {
         if SEGMENT.is_null() {
             return std::ptr::null();
@@ -224,14 +225,12 @@ unsafe extern "C-unwind" fn on_xact(event: pg_sys::XactEvent::Type, _arg: *mut s
     let Some(slot) = (unsafe { slot_of(pg_sys::MyProc) }) else {
         return;
     };
-    if slot.load(Ordering::Relaxed) == EMPTY {
+    if slot.own() == EMPTY {
         return;
     }
     match event {
         // After ProcArrayEndTransaction (commit, abort) or once the prepared entry exists.
-        XACT_EVENT_COMMIT | XACT_EVENT_ABORT | XACT_EVENT_PREPARE => {
-            slot.store(EMPTY, Ordering::Release)
-        }
+        XACT_EVENT_COMMIT | XACT_EVENT_ABORT | XACT_EVENT_PREPARE => slot.clear(),
         XACT_EVENT_PRE_PREPARE => prepare(slot),
         _ => {}
     }
@@ -239,7 +238,7 @@ unsafe extern "C-unwind" fn on_xact(event: pg_sys::XactEvent::Type, _arg: *mut s
 
 /// Copies the slot's ID into the prepared table under the transaction's XID. Without an XID the
 /// transaction wrote nothing, so it has no row to hide and needs no entry.
-fn prepare(slot: &AtomicI64) {
+fn prepare(slot: &Slot) {
     let xid = unsafe { pg_sys::GetTopTransactionIdIfAny() };
     if xid == pg_sys::InvalidTransactionId {
         return;
@@ -256,7 +255,7 @@ fn prepare(slot: &AtomicI64) {
             if let Some(free) = table.iter_mut().find(|e| e.xid == 0) {
                 *free = Prepared {
                     xid: xid.into_inner(),
-                    min_id: slot.load(Ordering::Relaxed),
+                    min_id: slot.own(),
                 };
                 return;
             }
@@ -420,7 +419,7 @@ fn read_horizon(function: &str, advance: bool) -> i64 {
     let p = shared.state.position(node);
     let h = unsafe { SEGMENT };
     let slots = unsafe { std::slice::from_raw_parts(slots_ptr(h), (*h).slots) };
-    let held = slots.iter().map(|s| s.load(Ordering::Acquire)).chain(
+    let held = slots.iter().map(Slot::held).chain(
         prepared_table()
             .iter()
             .filter(|e| e.xid != 0)
@@ -490,7 +489,7 @@ fn snowflake_horizon_holders() -> TableIterator<
         let h = unsafe { SEGMENT };
         let slots = unsafe { std::slice::from_raw_parts(slots_ptr(h), (*h).slots) };
         for (i, slot) in slots.iter().enumerate() {
-            let held = slot.load(Ordering::Acquire);
+            let held = slot.held();
             if held != EMPTY {
                 // SAFETY: slot i is the PGPROC of index i (see `slot_of`), within allProcs.
                 let (pid, role) = unsafe {

@@ -22,15 +22,16 @@
 //! names its functions and operators with their schema, and it uses only objects a superuser owns.
 
 use crate::config;
-use crate::core::fleet::REFRESH_MS;
-use crate::core::lease::{forward_jump, restored_floor, OutsideMark};
+use crate::core::lease::OutsideMark;
 use crate::core::time::{Clock, SystemClock};
+use crate::core::worker::{AtStart, GateEnd, MarkBelowClaim, Settings, Todo, Worker};
 use crate::errors;
 use crate::generator::{DatabaseTrust, ForeignObject, GENERATOR};
 use pgrx::bgworkers::{BackgroundWorker, BackgroundWorkerBuilder, BgWorkerStartTime};
 use pgrx::prelude::*;
 use pgrx::{PgLogLevel, PgSqlErrorCode};
 use std::ffi::{CStr, CString};
+use std::panic::AssertUnwindSafe;
 use std::time::{Duration, Instant};
 
 pub const SCHEMA: &str = "_snowflake";
@@ -496,7 +497,7 @@ fn missing_objects_ddl(token: i64) -> Vec<String> {
 
 /// Creates what is missing (as superuser, so it is ours) and reads the mark, its epoch, and the
 /// timestamp field of the last lease recorded in this server's own claim (0 if none).
-fn create_and_read_mark() -> (i64, Option<i64>, u64) {
+fn create_and_read_mark() -> AtStart {
     let token = random_token();
     BackgroundWorker::transaction(|| {
         // Looked at again in the transaction that creates: the database may have been given to
@@ -521,8 +522,13 @@ fn create_and_read_mark() -> (i64, Option<i64>, u64) {
         if let Some((what, owner)) = foreign_object() {
             error!("snowflake lease worker: {what} was made by role \"{owner}\" while the worker started");
         }
-        let (mark, epoch) = read_mark();
-        (mark, epoch, crate::fleet::own_claim_lease_ms())
+        let (mark_unix_ms, recorded_epoch_ms) = read_mark();
+        AtStart {
+            mark_unix_ms,
+            recorded_epoch_ms,
+            own_claim: crate::fleet::own_claim(),
+            left_pairs: crate::fleet::own_left_pairs(),
+        }
     })
 }
 
@@ -537,38 +543,30 @@ fn read_mark() -> (i64, Option<i64>) {
     (mark, epoch)
 }
 
-/// Persists a lease: first raised above the highest ID another server may have issued on our
-/// pair (a pair handed over; see [`crate::core::fleet::handover_floor`]), and above a mark someone
-/// else wrote, in the same transaction, so that no lease is ever written without having looked.
-/// `own_mark` is the mark as this worker last wrote or read it (see
-/// [`crate::core::lease::outside_mark`]). Returns the lease written, if one was needed.
-fn renew(
-    epoch: i64,
-    drift: u64,
-    own_mark: &mut i64,
-    copies: &mut crate::core::fleet::CopyWatch,
-    now_ms: u64,
-) -> Option<u64> {
-    let node = config::node();
-    let own = *own_mark;
-    let (lease, mark, found, written, version) = BackgroundWorker::transaction(|| {
+/// Renews the lease as `worker` plans it ([`crate::core::worker::Worker::renew_read`]): in one
+/// transaction, reads the highest ID another server may have issued on our pair (see
+/// [`crate::core::fleet::handover_floor`]) and the mark, so that no lease is ever written without
+/// having looked, then writes the lease and records it in this server's claim; grants it once
+/// the commit has returned.
+fn renew(worker: &mut Worker, settings: &Settings, now_ms: u64) {
+    // An error in the transaction ends the worker, and the protocol's state with it.
+    let mut protocol = AssertUnwindSafe(&mut *worker);
+    let (plan, written, version) = BackgroundWorker::transaction(move || {
         // The commit must be flushed (and, with a synchronous standby, received there) before
         // any ID uses the lease, whatever the server's default is.
         Spi::run("SET LOCAL synchronous_commit = on").expect("set synchronous_commit");
-        if let Some(id) = crate::fleet::handover_floor(node) {
-            let ms = crate::core::layout::decompose(id)
-                .map(|p| p.ms)
-                .unwrap_or(0);
-            GENERATOR.exclusive().state.raise_floor(ms);
-        }
-        // The persisted mark may have been changed by someone else since this worker wrote it
-        // (a restore of a dump): IDs go above what it says from now on.
+        let handover = crate::fleet::handover_floor(settings.node);
         let (mark, recorded) = read_mark();
-        let found = follow_outside_mark(mark, recorded, epoch, own);
-        let now = SystemClock.now_unix_ms() - epoch;
-        let Some(lease) = GENERATOR.share().state.renewal(now, true, drift) else {
-            // (A lowered mark is written back by the next `check_mark`.)
-            return (None, mark, found, None, (None, None));
+        let plan = protocol.renew_read(
+            SystemClock.now_unix_ms(),
+            handover,
+            mark,
+            recorded,
+            settings,
+            &mut GENERATOR.exclusive().state,
+        );
+        let Some(write) = plan.write else {
+            return (plan, None, (None, None));
         };
         // The mark never goes down: not below a value written by someone else, nor below the
         // worker's own if someone lowered it. (GREATEST is syntax, not a function on the
@@ -577,39 +575,31 @@ fn renew(
             "SELECT pg_catalog.setval('_snowflake.lease_ms',
                         GREATEST($1, $3, (SELECT last_value FROM _snowflake.lease_ms)), true)
                FROM pg_catalog.setval('_snowflake.epoch_ms', $2, true)",
-            &[(epoch + lease as i64).into(), epoch.into(), own.into()],
+            &[
+                write.mark_unix_ms.into(),
+                write.epoch_ms.into(),
+                write.own_unix_ms.into(),
+            ],
         )
         .expect("persist the lease")
-        .unwrap_or(epoch + lease as i64);
-        let (before, version) = crate::fleet::record_lease(node, lease);
-        (Some(lease), mark, found, Some(written), (before, version))
+        .unwrap_or(write.mark_unix_ms);
+        let version = crate::fleet::record_lease(write.claim_lease_id, settings.node);
+        (plan, Some(written), version)
     });
-    match (written, found) {
-        (Some(w), _) => *own_mark = w,
-        // Raised: followed, and the worker's own from now on. (Lowered: see `check_mark`.)
-        (None, Some(f)) if !f.lowered => *own_mark = mark,
-        _ => {}
+    if let (Some(write), Some(written)) = (plan.write, written) {
+        let mut g = GENERATOR.exclusive();
+        worker.renew_committed(
+            now_ms,
+            &write,
+            written,
+            version.0,
+            version.1,
+            settings,
+            &mut g.state,
+        );
+        g.recorded_epoch_ms = worker.recorded_epoch_ms();
     }
-    if let (before, Some(stamp)) = version {
-        copies.observe(now_ms, before);
-        copies.wrote(&stamp);
-    }
-    report_outside_mark(mark, found);
-    lease
-}
-
-/// Raises the generator's floor above a mark someone else wrote (see
-/// [`crate::core::lease::outside_mark`]).
-fn follow_outside_mark(
-    mark: i64,
-    recorded: Option<i64>,
-    epoch: i64,
-    own_mark: i64,
-) -> Option<OutsideMark> {
-    GENERATOR
-        .exclusive()
-        .state
-        .follow_outside_mark(mark, recorded, epoch, own_mark)
+    report_outside_mark(plan.mark_unix_ms, plan.found);
 }
 
 /// What to do about a mark that someone other than the lease worker lowered.
@@ -633,15 +623,17 @@ fn report_outside_mark(mark: i64, found: Option<OutsideMark>) {
     }
 }
 
-/// Reads the mark again between renewals: a value someone else wrote is a floor at once, and a
-/// lowered one is written back at once, not at the next lease (which an idle server may not
-/// need for hours, while a restart would start from the lowered value).
-fn check_mark(epoch: i64, own_mark: &mut i64) {
-    let own = *own_mark;
-    let (mark, found) = BackgroundWorker::transaction(|| {
+/// Reads the mark again between renewals ([`crate::core::worker::Worker::mark_read`]): a value
+/// someone else wrote is a floor at once, and a lowered one is written back at once, not at the
+/// next lease (which an idle server may not need for hours, while a restart would start from the
+/// lowered value).
+fn check_mark(worker: &mut Worker) {
+    // An error in the transaction ends the worker, and the protocol's state with it.
+    let mut protocol = AssertUnwindSafe(worker);
+    let (mark, check) = BackgroundWorker::transaction(move || {
         let (mark, recorded) = read_mark();
-        let found = follow_outside_mark(mark, recorded, epoch, own);
-        if found.is_some_and(|f| f.lowered) {
+        let check = protocol.mark_read(mark, recorded, &mut GENERATOR.exclusive().state);
+        if let Some(own) = check.write_back {
             Spi::run("SET LOCAL synchronous_commit = on").expect("set synchronous_commit");
             Spi::run_with_args(
                 "SELECT pg_catalog.setval('_snowflake.lease_ms',
@@ -650,12 +642,9 @@ fn check_mark(epoch: i64, own_mark: &mut i64) {
             )
             .expect("write the mark back");
         }
-        (mark, found)
+        (mark, check)
     });
-    if found.is_some_and(|f| !f.lowered) {
-        *own_mark = mark;
-    }
-    report_outside_mark(mark, found);
+    report_outside_mark(mark, check.found);
 }
 
 #[pg_guard]
@@ -696,142 +685,94 @@ pub extern "C-unwind" fn snowflake_lease_worker_main(_arg: pg_sys::Datum) {
     }
 
     let epoch = config::epoch_ms();
-    let (mark, recorded_epoch, claimed_ms) = create_and_read_mark();
-    let floor = restored_floor(mark, recorded_epoch, epoch);
-    {
+    let read = create_and_read_mark();
+    let (mut worker, below) = {
         let mut g = GENERATOR.exclusive();
-        g.state.raise_floor(floor);
-        // The last lease this server recorded in its own claim, in the transaction of the lease
-        // itself: above the mark only if someone lowered the mark (a restore).
-        g.state.raise_floor(claimed_ms);
-        g.recorded_epoch_ms = recorded_epoch.unwrap_or(epoch);
-    }
-    log!("snowflake lease worker started; persisted high-water mark {mark} (Unix ms), written under the epoch {}", recorded_epoch.map_or("(not recorded)".into(), |e| e.to_string()));
-    // The mark as this worker last wrote or read it: any other value found later was written by
-    // someone else ([`crate::core::lease::outside_mark`]). Below the claim's lease, the mark was
-    // lowered: taking the claim's value as ours makes `check_mark` write it back.
-    let mut own_mark = mark;
-    if claimed_ms > floor {
-        own_mark = recorded_epoch.unwrap_or(epoch) + claimed_ms as i64;
+        let (worker, below) = Worker::start(epoch, &read, config::node(), &mut g.state);
+        g.recorded_epoch_ms = worker.recorded_epoch_ms();
+        g.awaiting_claims = worker.gated();
+        (worker, below)
+    };
+    log!("snowflake lease worker started; persisted high-water mark {} (Unix ms), written under the epoch {}", read.mark_unix_ms, read.recorded_epoch_ms.map_or("(not recorded)".into(), |e| e.to_string()));
+    if let Some(MarkBelowClaim {
+        mark_unix_ms,
+        claimed_ms,
+    }) = below
+    {
         errors::report(
             PgLogLevel::WARNING,
             PgSqlErrorCode::ERRCODE_WARNING,
-            format!("snowflake: the persisted mark {SCHEMA}.lease_ms ({mark}) is below the last lease this server recorded in its claim"),
+            format!("snowflake: the persisted mark {SCHEMA}.lease_ms ({mark_unix_ms}) is below the last lease this server recorded in its claim"),
             Some(format!("Someone lowered the mark (a restore of a dump that includes schema {SCHEMA}, or a setval on it). IDs go above the claim's lease, {claimed_ms} ms after the epoch.")),
             Some(LOWERED_MARK_HINT),
         );
     }
 
-    // The claim is refreshed first: backends wait for the first lease, so after a start no ID is
-    // issued before the fleet check has looked at the other servers' claims.
-    let mut conflict = None;
-    let mut paths = crate::core::fleet::PathWatch::default();
-    let mut liveness = crate::core::fleet::Liveness::default();
-    let mut copies = crate::core::fleet::CopyWatch::default();
-    let mut catch_up = crate::core::fleet::CatchUp::default();
-    // Only a start with shared memory new (a server's start, a promotion): a worker restarted
-    // while the server runs holds leases up, and IDs are already flowing.
-    let mut gate_looked: Option<Instant> = None;
-    let mut gated = {
-        let mut g = GENERATOR.exclusive();
-        g.awaiting_claims = g.state.lease() == Some(0);
-        g.awaiting_claims
-    };
+    // The protocol decides what to do next ([`crate::core::worker`]); this loop does it.
     let started = Instant::now();
-    let mut claimed_at: Option<Instant> = None;
-    let mut looked = (SystemClock.now_unix_ms(), Instant::now());
     loop {
-        // At start, no lease (so no ID) before every claims path has brought the claims up to
-        // date and the fleet check has looked at them ([`crate::core::fleet::CatchUp`]), for at
-        // most `CATCH_UP_LIMIT_MS`.
-        // (At most every 250 ms, whatever wakes the worker: waiting backends set its latch.)
-        if gated && gate_looked.is_none_or(|t| t.elapsed() >= Duration::from_millis(250)) {
-            gate_looked = Some(Instant::now());
-            let readings = crate::fleet::paths_now();
-            let elapsed = started.elapsed().as_millis() as u64;
-            if catch_up.observe(&readings) {
-                // The claims are fresh now: the refresh below reads them before any lease.
-                if !readings.is_empty() {
-                    claimed_at = None;
-                }
-                gated = false;
-            } else if elapsed >= crate::core::fleet::CATCH_UP_LIMIT_MS {
-                warning!(
-                    "snowflake: subscriptions {} carry _snowflake.claims here and have not brought them up to date within {} s of the start; IDs are issued without that proof, and a server that took this pair meanwhile is seen only once its claim arrives",
-                    catch_up.waiting().join(", "),
-                    crate::core::fleet::CATCH_UP_LIMIT_MS / 1000
-                );
-                gated = false;
-            }
-            if !gated {
-                GENERATOR.exclusive().awaiting_claims = false;
-            }
-        }
-
-        if claimed_at.is_none_or(|t| t.elapsed() >= Duration::from_millis(REFRESH_MS)) {
-            // The owner may change while the worker runs (its lease is there now, so another
-            // owner is tolerated with a WARNING, never a refusal).
-            note_database_owner(&mut database_said);
-            check_mark(epoch, &mut own_mark);
-            conflict = crate::fleet::refresh(
-                conflict,
-                &mut paths,
-                &mut liveness,
-                &mut copies,
-                started.elapsed().as_millis() as u64,
-            );
-            claimed_at = Some(Instant::now());
-        }
-        // SAFETY: the flag is set by PostgreSQL's own SIGHUP handler; reading the file is what
-        // every process does when it is set.
-        if unsafe { pg_sys::ConfigReloadPending } != 0 {
-            unsafe {
-                pg_sys::ConfigReloadPending = 0;
-                pg_sys::ProcessConfigFile(pg_sys::GucContext::PGC_SIGHUP);
-            }
-        }
-        // A wall clock that advanced more than elapsed time did jumped forward: IDs issued from
-        // now on are dated that far ahead if the clock is wrong, and a later correction puts
-        // them in the future. Say so while it can still be acted on.
-        let (wall, mono) = (SystemClock.now_unix_ms(), Instant::now());
-        let elapsed = mono.duration_since(looked.1).as_millis() as i64;
-        if let Some(jump) = forward_jump(wall - looked.0, elapsed) {
-            {
-                let mut g = GENERATOR.exclusive();
-                g.state.record_forward_jump(jump);
-            }
-            warning!(
-                "snowflake: the system clock jumped forward by {jump} ms; IDs issued from now on carry its time, and if it is wrong they stay ahead of real time after it is corrected (see \"Clock faults\" in docs/operations.md)"
-            );
-        }
-        looked = (wall, mono);
-
-        let drift = config::max_clock_drift_ms();
-        let now = wall - epoch;
-        let plan = if gated {
-            None
-        } else {
-            let g = GENERATOR.share();
-            let wanted = g.state.lease_wanted() || g.state.stats().issued != g.issued_at_renewal;
-            g.state.renewal(now, wanted, drift)
+        let now_ms = started.elapsed().as_millis() as u64;
+        let settings = settings();
+        let todo = {
+            let state = GENERATOR.share().state;
+            worker.poll(
+                now_ms,
+                SystemClock.now_unix_ms(),
+                &state,
+                settings.max_drift_ms,
+            )
         };
-        if plan.is_some() {
-            if let Some(lease) = renew(
-                epoch,
-                drift,
-                &mut own_mark,
-                &mut copies,
-                started.elapsed().as_millis() as u64,
-            ) {
-                let mut g = GENERATOR.exclusive();
-                g.state.grant_lease(lease);
-                g.issued_at_renewal = g.state.stats().issued;
-                g.recorded_epoch_ms = epoch;
+        match todo {
+            Todo::ReadPaths => {
+                let readings = crate::fleet::paths_now();
+                match worker.paths_read(now_ms, &readings) {
+                    Some(GateEnd::TimedOut { waiting }) => warning!(
+                        "snowflake: subscriptions {} carry _snowflake.claims here and have not brought them up to date within {} s of the start; IDs are issued without that proof, and a server that took this pair meanwhile is seen only once its claim arrives",
+                        waiting.join(", "),
+                        crate::core::fleet::CATCH_UP_LIMIT_MS / 1000
+                    ),
+                    Some(GateEnd::CaughtUp) | None => {}
+                }
+                GENERATOR.exclusive().awaiting_claims = worker.gated();
+            }
+            Todo::Refresh => {
+                // The owner may change while the worker runs (its lease is there now, so another
+                // owner is tolerated with a WARNING, never a refusal).
+                note_database_owner(&mut database_said);
+                check_mark(&mut worker);
+                crate::fleet::refresh(&mut worker, &settings, now_ms);
+            }
+            Todo::ForwardJump(jump) => {
+                GENERATOR.exclusive().state.record_forward_jump(jump);
+                // IDs issued from now on are dated that far ahead if the clock is wrong, and a
+                // later correction puts them in the future. Said while it can still be acted on.
+                warning!(
+                    "snowflake: the system clock jumped forward by {jump} ms; IDs issued from now on carry its time, and if it is wrong they stay ahead of real time after it is corrected (see \"Clock faults\" in docs/operations.md)"
+                );
+            }
+            Todo::Renew => renew(&mut worker, &settings, now_ms),
+            Todo::Nap(ms) => {
+                nap(Duration::from_millis(ms));
+                // SAFETY: the flag is set by PostgreSQL's own SIGHUP handler; reading the file is
+                // what every process does when it is set.
+                if unsafe { pg_sys::ConfigReloadPending } != 0 {
+                    unsafe {
+                        pg_sys::ConfigReloadPending = 0;
+                        pg_sys::ProcessConfigFile(pg_sys::GucContext::PGC_SIGHUP);
+                    }
+                }
             }
         }
-        nap(Duration::from_millis(
-            (crate::core::lease::lease_length_ms(drift) / 4).max(5),
-        ));
+    }
+}
+
+/// The settings a step of the protocol reads, as they are now.
+fn settings() -> Settings {
+    Settings {
+        system_identifier: crate::fleet::system_identifier(),
+        node: config::node(),
+        max_drift_ms: config::max_clock_drift_ms(),
+        claim_expiry_ms: config::claim_expiry_ms(),
     }
 }
 

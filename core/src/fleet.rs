@@ -96,13 +96,22 @@ pub fn conflict(
         .copied()
 }
 
-/// When each claim last changed here, by this server's monotonic clock (ms since the lease
-/// worker started).
+/// How long each claim has been watched unchanged here, by this server's monotonic clock (ms since
+/// the lease worker started).
+///
+/// Only time this server spent watching counts: a gap between two of its own looks longer than
+/// `MAX_LOOK_GAP_MS` (its own worker stalled: a lock wait, a machine that froze) counts as that
+/// much. A peer whose worker stalled as long as ours would otherwise expire at our first look
+/// after the stall, and both would issue on their pair at once.
 #[derive(Clone, Debug, Default)]
 pub struct Liveness {
-    /// (system identifier, version, when that version was first seen)
-    seen: Vec<(i64, i64, u64)>,
+    /// (system identifier, version, when this server last looked, how long it watched that
+    /// version unchanged)
+    seen: Vec<(i64, i64, u64, u64)>,
 }
+
+/// The most one gap between two looks of this server counts for (see `Liveness`): two refreshes.
+pub const MAX_LOOK_GAP_MS: u64 = 2 * REFRESH_MS;
 
 impl Liveness {
     /// Takes the claims as read at `now_ms`.
@@ -110,23 +119,27 @@ impl Liveness {
         self.seen = claims
             .iter()
             .map(|c| {
-                let since = self
+                let watched = self
                     .seen
                     .iter()
                     .find(|s| s.0 == c.system_identifier && s.1 == c.version)
-                    .map_or(now_ms, |s| s.2);
-                (c.system_identifier, c.version, since)
+                    .map_or(0, |s| s.3 + now_ms.saturating_sub(s.2).min(MAX_LOOK_GAP_MS));
+                (c.system_identifier, c.version, now_ms, watched)
             })
             .collect();
     }
 
-    /// Whether `c` changed here within `expiry_ms` before `now_ms` (a claim first seen counts as
-    /// changed when it was first seen; one never observed is live).
+    /// Whether `c` has not been watched unchanged here for `expiry_ms` (a claim first seen counts
+    /// as changed when it was first seen; one never observed is live). `now_ms` is when the
+    /// claims were last observed.
     pub fn live(&self, c: &Claim, now_ms: u64, expiry_ms: u64) -> bool {
         self.seen
             .iter()
             .find(|s| s.0 == c.system_identifier)
-            .is_none_or(|s| s.1 != c.version || now_ms.saturating_sub(s.2) < expiry_ms)
+            .is_none_or(|s| {
+                s.1 != c.version
+                    || s.3 + now_ms.saturating_sub(s.2).min(MAX_LOOK_GAP_MS) < expiry_ms
+            })
     }
 }
 
@@ -186,6 +199,22 @@ pub fn left_pairs_after(previous: &[i64], old: Option<&Claim>, now: Node) -> Vec
     }
     left.sort_unstable();
     left
+}
+
+/// The pairs left that two lists name, the highest last ID of each pair (sorted): what this
+/// server's worker remembers it wrote, merged with what its claim says now, so that a restore
+/// that put back an older claim cannot make it forget a pair it left.
+pub fn merge_left_pairs(a: &[i64], b: &[i64]) -> Vec<i64> {
+    let pair = |id: i64| decompose(id).map(|p| (p.datacenter, p.worker)).ok();
+    let mut out: Vec<i64> = Vec::with_capacity(a.len() + b.len());
+    for &id in a.iter().chain(b) {
+        match out.iter_mut().find(|x| pair(**x) == pair(id)) {
+            Some(x) => *x = (*x).max(id),
+            None => out.push(id),
+        }
+    }
+    out.sort_unstable();
+    out
 }
 
 /// Watches this server's own claim for contents it did not write: the proof of a physical copy.
@@ -640,13 +669,28 @@ mod tests {
         assert!(l.live(&claim(7, 1, 5, 1), 0, EXPIRY), "never observed");
         let mut l = Liveness::default();
         // The worker starts and finds a claim that will never change again.
-        l.observe(0, &[claim(7, 1, 5, 1)]);
+        for t in (0..EXPIRY).step_by(REFRESH_MS as usize) {
+            l.observe(t, &[claim(7, 1, 5, 1)]);
+        }
         assert!(l.live(&claim(7, 1, 5, 1), EXPIRY - 1, EXPIRY));
         l.observe(EXPIRY, &[claim(7, 1, 5, 1)]);
         assert!(!l.live(&claim(7, 1, 5, 1), EXPIRY, EXPIRY));
         // It changes again (its server came back): live at once.
         l.observe(EXPIRY + 1, &[claim(7, 1, 5, 2)]);
         assert!(l.live(&claim(7, 1, 5, 2), EXPIRY + 1, EXPIRY));
+    }
+
+    /// A stall of this server's own worker does not count as time the claim was watched: after
+    /// it, the claim expires only once watched unchanged for the expiry's remainder.
+    #[test]
+    fn a_stall_of_our_own_looks_counts_as_two_refreshes_at_most() {
+        let mut l = Liveness::default();
+        l.observe(0, &[claim(7, 1, 5, 1)]);
+        // Our worker stalled for a minute; the peer's did too, and it has not written since.
+        l.observe(60_000, &[claim(7, 1, 5, 1)]);
+        assert!(l.live(&claim(7, 1, 5, 1), 60_000, MIN_EXPIRY_MS));
+        l.observe(60_000 + REFRESH_MS, &[claim(7, 1, 5, 1)]);
+        assert!(!l.live(&claim(7, 1, 5, 1), 60_000 + REFRESH_MS, MIN_EXPIRY_MS));
     }
 
     /// A peer that refreshes every REFRESH_MS but misses up to two refreshes in a row (a slow

@@ -90,7 +90,60 @@ pub fn hold(slot: i64, id: i64) -> i64 {
     slot.min(id)
 }
 
-#[cfg(test)]
+#[cfg(loom)]
+use loom::sync::atomic::{AtomicI64, Ordering};
+#[cfg(not(loom))]
+use std::sync::atomic::{AtomicI64, Ordering};
+
+/// A holding slot, as it lives in shared memory (one per backend; a parallel worker uses its
+/// leader's). Its protocol, model-checked with `loom` over every interleaving of backends and a
+/// reader (`tests` below, `make loom`):
+///
+/// - `hold` runs under the generator's exclusive lock, in the critical section that issued the
+///   ID, so a reader under the lock sees the ID either in the slot or not yet issued (above the
+///   position);
+/// - `clear` runs once the transaction's end is visible to every new snapshot, with no lock: its
+///   `Release` pairs with `held`'s `Acquire`, so a reader that finds the slot empty also sees
+///   that end;
+/// - `held` is read under the generator's shared lock, with the position.
+#[repr(transparent)]
+#[derive(Debug)]
+pub struct Slot(AtomicI64);
+
+impl Slot {
+    /// An empty slot.
+    pub fn empty() -> Slot {
+        Slot(AtomicI64::new(EMPTY))
+    }
+
+    /// Under the generator's exclusive lock, right after `id` was issued to this slot's
+    /// transaction: the slot keeps the smallest.
+    #[inline(always)]
+    pub fn hold(&self, id: i64) {
+        let held = self.0.load(Ordering::Relaxed);
+        let keep = hold(held, id);
+        if keep != held {
+            self.0.store(keep, Ordering::Relaxed);
+        }
+    }
+
+    /// What the slot holds, for its own backend (no ordering needed: only it writes the slot).
+    pub fn own(&self) -> i64 {
+        self.0.load(Ordering::Relaxed)
+    }
+
+    /// At the end of its transaction, once the end is visible to every new snapshot.
+    pub fn clear(&self) {
+        self.0.store(EMPTY, Ordering::Release);
+    }
+
+    /// What the slot holds, for a reader of the horizon (under the generator's shared lock).
+    pub fn held(&self) -> i64 {
+        self.0.load(Ordering::Acquire)
+    }
+}
+
+#[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
     use crate::generator::{State, Step};
@@ -327,5 +380,151 @@ mod tests {
         assert_eq!(committed, seen_h);
         assert_eq!(committed.len(), 2);
         assert_eq!(seen_n.len(), 1, "the naive reader skipped the earlier ID");
+    }
+}
+
+/// The slots' protocol over every interleaving (`make loom`, which builds with `--cfg loom`):
+/// backends issue IDs under a lock standing for the generator's LWLock and hold them in their
+/// slots, a transaction ends (visible) and clears its slot with no lock, a prepared one moves its
+/// ID into the prepared table first; a reader takes the position and the slots under the shared
+/// lock. No horizon is ever at or above an ID whose transaction has not ended.
+#[cfg(all(test, loom))]
+mod loom_tests {
+    use super::*;
+    use loom::sync::atomic::AtomicBool;
+    use loom::sync::{Arc, RwLock};
+
+    const IDS: usize = 8;
+
+    struct World {
+        /// The generator's lock and what it guards: the last ID issued, the prepared table.
+        generator: RwLock<(i64, Vec<i64>)>,
+        slots: Vec<Slot>,
+        ended: Vec<AtomicBool>,
+    }
+
+    impl World {
+        fn new(backends: usize) -> Arc<World> {
+            Arc::new(World {
+                generator: RwLock::new((0, Vec::new())),
+                slots: (0..backends).map(|_| Slot::empty()).collect(),
+                ended: (0..IDS).map(|_| AtomicBool::new(false)).collect(),
+            })
+        }
+
+        /// `n` IDs issued to backend `b`'s transaction, each in its own critical section.
+        fn issue(&self, b: usize, n: usize) -> Vec<i64> {
+            (0..n)
+                .map(|_| {
+                    let mut g = self.generator.write().unwrap();
+                    g.0 += 1;
+                    self.slots[b].hold(g.0);
+                    g.0
+                })
+                .collect()
+        }
+
+        /// The transaction ends (visible to new snapshots), then its slot is cleared.
+        fn end(&self, b: usize, ids: &[i64]) {
+            for &id in ids {
+                self.ended[id as usize].store(true, Ordering::Relaxed);
+            }
+            self.slots[b].clear();
+        }
+
+        /// PREPARE: the smallest ID moves to the prepared table under the lock, then the slot is
+        /// cleared; COMMIT PREPARED ends it; the entry is dropped once it has ended.
+        fn prepare_then_commit(&self, b: usize, ids: &[i64]) {
+            {
+                let mut g = self.generator.write().unwrap();
+                let min = self.slots[b].own();
+                g.1.push(min);
+            }
+            self.slots[b].clear();
+            for &id in ids {
+                self.ended[id as usize].store(true, Ordering::Relaxed);
+            }
+            let mut g = self.generator.write().unwrap();
+            let min = ids[0];
+            g.1.retain(|&e| e != min);
+        }
+
+        /// `snowflake_horizon()`: every ID at or below what it returns has ended.
+        fn read(&self) {
+            let h = {
+                let g = self.generator.read().unwrap();
+                let held = self.slots.iter().map(Slot::held).chain(g.1.iter().copied());
+                horizon(g.0, held)
+            };
+            for id in 1..=h.max(0) {
+                assert!(
+                    self.ended[id as usize].load(Ordering::Acquire),
+                    "horizon {h} passes ID {id}, whose transaction has not ended"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn two_backends_and_a_reader() {
+        loom::model(|| {
+            let w = World::new(2);
+            let handles: Vec<_> = (0..2)
+                .map(|b| {
+                    let w = w.clone();
+                    loom::thread::spawn(move || {
+                        let ids = w.issue(b, 2);
+                        w.end(b, &ids);
+                    })
+                })
+                .collect();
+            w.read();
+            for h in handles {
+                h.join().unwrap();
+            }
+            w.read();
+        });
+    }
+
+    #[test]
+    fn a_prepared_transaction_a_backend_and_a_reader() {
+        loom::model(|| {
+            let w = World::new(2);
+            let w1 = w.clone();
+            let prepared = loom::thread::spawn(move || {
+                let ids = w1.issue(0, 1);
+                w1.prepare_then_commit(0, &ids);
+            });
+            let w2 = w.clone();
+            let plain = loom::thread::spawn(move || {
+                let ids = w2.issue(1, 1);
+                w2.end(1, &ids);
+            });
+            w.read();
+            prepared.join().unwrap();
+            plain.join().unwrap();
+        });
+    }
+
+    #[test]
+    fn three_backends_and_a_reader() {
+        let mut builder = loom::model::Builder::new();
+        builder.preemption_bound = Some(2);
+        builder.check(|| {
+            let w = World::new(3);
+            let handles: Vec<_> = (0..3)
+                .map(|b| {
+                    let w = w.clone();
+                    loom::thread::spawn(move || {
+                        let ids = w.issue(b, 1);
+                        w.end(b, &ids);
+                    })
+                })
+                .collect();
+            w.read();
+            for h in handles {
+                h.join().unwrap();
+            }
+        });
     }
 }

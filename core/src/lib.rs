@@ -10,6 +10,7 @@ pub mod horizon;
 pub mod layout;
 pub mod lease;
 pub mod time;
+pub mod worker;
 
 #[cfg(test)]
 mod stress;

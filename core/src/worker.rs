@@ -1,0 +1,873 @@
+//! The lease worker's protocol, as a state machine that does no I/O (as `quinn-proto` keeps QUIC
+//! apart from its runtime): the order of its steps is decided here, where the simulator (`sim/`)
+//! drives the very same machine against a simulated world.
+//!
+//! The glue (the extension's `lease` and `fleet` modules) runs a loop: it asks [`Worker::poll`]
+//! what to do, performs it (a transaction with its SQL, a log line, a nap on its latch), and feeds
+//! what it read back to the method that [`Todo`] names. Each method changes the generator's
+//! [`State`] only through its named transitions, with the caller holding the generator's lock for
+//! the call (which does no I/O).
+//!
+//! # Invariant
+//!
+//! The order that keeps the other modules' rules:
+//!
+//! 1. **At start** ([`Worker::start`]), before any lease: the floor is the persisted mark
+//!    ([`crate::lease::restored_floor`]) and the last lease recorded in this server's own claim,
+//!    whichever is higher (a restore may have lowered the mark, not the claim).
+//! 2. **No lease at a server's start before the claims are fresh** ([`crate::fleet::CatchUp`]): a
+//!    start with no lease yet is *gated* until every claims path has caught up, or
+//!    `CATCH_UP_LIMIT_MS` passed; the refresh right after reads the claims before any lease.
+//! 3. **Every look at the mark follows a value someone else wrote**
+//!    ([`crate::lease::outside_mark`]), in the transaction that read it, and writes back one that
+//!    was lowered, in that same transaction.
+//! 4. **A lease is written above everything known**: in one transaction the hand-over floor of
+//!    the pair ([`crate::fleet::handover_floor`]) and the mark are read and followed first, and the
+//!    mark is written as the greatest of the lease, the worker's own value and what is there.
+//! 5. **A lease is granted only once its transaction has committed** (flushed, and received by a
+//!    synchronous standby): [`Worker::renew_committed`] grants it, or holds it for the next
+//!    refresh (rule 7).
+//! 6. **The fleet check's cycle** ([`Worker::claim_row`], then [`Worker::refreshed`]): the claim
+//!    written carries the highest ID that may have been issued and the pairs left (those this
+//!    worker knows merged in: a restored older row must not erase one); then the claims and
+//!    paths read in the same transaction decide, by this server's monotonic clock, a copy, a
+//!    conflict or neither, which sets or clears the refusal, and the hand-over floor they carry
+//!    is followed at once (a refusal that ends must not resume below the IDs of the server that
+//!    left the pair).
+//! 7. **No lease is granted on a claim a peer may have taken for gone.** A peer expires a claim it
+//!    has watched unchanged for `claim_expiry`; a renewal whose commit waited that long (a
+//!    synchronous standby unreachable) left this server's claim unwritten as long, and a peer on
+//!    its pair may be issuing by now. Such a lease is held until the refresh after it has looked
+//!    at the claims, and granted only if they show no conflict.
+
+use crate::fleet::{
+    conflict, handover_floor, left_pairs_after, merge_left_pairs, CatchUp, Claim, CopyWatch,
+    LeftPair, Liveness, PathEvent, PathReading, PathWatch, CATCH_UP_LIMIT_MS, REFRESH_MS,
+};
+use crate::generator::State;
+use crate::layout::{assemble, decompose, Node, MAX_SEQUENCE, MAX_TIMESTAMP};
+use crate::lease::{forward_jump, lease_length_ms, restored_floor, OutsideMark};
+
+/// How often, at most, the gate at start reads the paths (waiting backends wake the worker more
+/// often than that).
+pub const GATE_LOOK_MS: u64 = 250;
+
+/// What the worker reads at its start, in the transaction that makes what is missing.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AtStart {
+    /// The persisted mark, Unix ms (0: never written).
+    pub mark_unix_ms: i64,
+    /// The epoch it was written under (`None`: not recorded).
+    pub recorded_epoch_ms: Option<i64>,
+    /// This server's own claim, if any: the last lease it recorded there (`lease_id`) and its
+    /// pair then.
+    pub own_claim: Option<Claim>,
+    /// The pairs its own claim says it left (`left_pairs`).
+    pub left_pairs: Vec<i64>,
+}
+
+/// The mark was below the last lease this server recorded in its claim: someone lowered it (a
+/// restore). IDs go above the claim's lease, and the worker writes that value back.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MarkBelowClaim {
+    pub mark_unix_ms: i64,
+    pub claimed_ms: u64,
+}
+
+/// The settings a step reads, as they are at that step.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Settings {
+    pub system_identifier: i64,
+    pub node: Node,
+    pub max_drift_ms: u64,
+    pub claim_expiry_ms: u64,
+}
+
+/// What the worker does next (`Worker::poll`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Todo {
+    /// Read the claims paths and give them to `paths_read` (only while gated at start).
+    ReadPaths,
+    /// Look at the mark (`mark_read`), then refresh the claim (`claim_row`, `refreshed`).
+    Refresh,
+    /// The wall clock jumped forward by this many ms since the last look: record it
+    /// (`State::record_forward_jump`) and say so.
+    ForwardJump(u64),
+    /// Renew the lease (`renew_read`, then `renew_committed` once committed).
+    Renew,
+    /// Nothing more for now: sleep this long, or until a backend wakes the worker.
+    Nap(u64),
+}
+
+/// Where the worker is in its loop.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Phase {
+    Gate,
+    Refresh,
+    Clock,
+    Renew,
+    Nap,
+}
+
+/// How the gate at start ended (`paths_read`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum GateEnd {
+    /// Every path caught up: the refresh that follows reads fresh claims.
+    CaughtUp,
+    /// These paths did not catch up within `CATCH_UP_LIMIT_MS`: IDs are issued without that
+    /// proof (to be said as a WARNING).
+    TimedOut { waiting: Vec<String> },
+}
+
+/// What a look at the mark found (`mark_read`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MarkCheck {
+    /// A value someone else wrote, now a floor.
+    pub found: Option<OutsideMark>,
+    /// The value to write back in the same transaction (the mark was lowered).
+    pub write_back: Option<i64>,
+}
+
+/// The lease to write, in the transaction that read the floors (`renew_read`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LeaseWrite {
+    /// The lease's timestamp field.
+    pub lease_ms: u64,
+    /// The mark to write: the greatest of `mark_unix_ms`, `own_unix_ms` and the mark's current
+    /// value, under `epoch_ms`.
+    pub mark_unix_ms: i64,
+    pub own_unix_ms: i64,
+    pub epoch_ms: i64,
+    /// The last ID of the lease, for this server's own claim (`lease_id` never goes down there).
+    pub claim_lease_id: i64,
+}
+
+/// What `renew_read` decided.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RenewPlan {
+    /// The mark as read, and what it held that the worker did not write.
+    pub mark_unix_ms: i64,
+    pub found: Option<OutsideMark>,
+    /// The lease to write, if one is still needed.
+    pub write: Option<LeaseWrite>,
+}
+
+/// What the refresh's transaction read, after writing this server's claim.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Refreshed {
+    /// This server's own row as it was before the write.
+    pub own_before: Option<Claim>,
+    /// The stamp of the row written.
+    pub written: Claim,
+    /// Every claim, ours included.
+    pub claims: Vec<Claim>,
+    /// The pairs the claims' servers left.
+    pub left_pairs: Vec<LeftPair>,
+    /// The claims paths.
+    pub paths: Vec<PathReading>,
+}
+
+/// What a refresh concluded (`refreshed`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FleetView {
+    /// The paths' changes, to be said.
+    pub events: Vec<PathEvent>,
+    /// A physical copy's claim, the first time it is seen in a sighting, to be said.
+    pub copy_announced: Option<Claim>,
+    /// The conflict before this refresh and now (the refusal is set while it is `Some`).
+    pub before: Option<Claim>,
+    pub conflict: Option<Claim>,
+    /// Whether the conflict is one only because claims may be stale here.
+    pub claims_stale: bool,
+}
+
+/// The lease worker's protocol: one per life of the worker. Times are the worker's monotonic
+/// clock, in ms since it started; wall-clock readings are Unix ms.
+#[derive(Clone, Debug)]
+pub struct Worker {
+    epoch_ms: i64,
+    recorded_epoch_ms: i64,
+    /// The mark as this worker last wrote or read it: any other value found later was written by
+    /// someone else.
+    own_mark: i64,
+    gated: bool,
+    gate_looked: Option<u64>,
+    catch_up: CatchUp,
+    claimed_at: Option<u64>,
+    looked: Option<(i64, u64)>,
+    issued_at_renewal: u64,
+    phase: Phase,
+    conflict: Option<Claim>,
+    paths: PathWatch,
+    liveness: Liveness,
+    copies: CopyWatch,
+    /// The pairs this server left, as this worker last wrote them into its claim.
+    left_pairs: Vec<i64>,
+    /// When this server's claim was last written (a refresh or a lease), by this worker.
+    claim_written_at: Option<u64>,
+    /// A lease committed while the claim was silent, granted once a refresh finds no conflict.
+    held: Option<LeaseWrite>,
+}
+
+impl Worker {
+    /// The worker starts (rule 1): raises the floor above the mark and the claim's last lease.
+    /// A start with no lease (shared memory new: a server's start, a promotion) is gated (rule
+    /// 2); a worker restarted while the server runs is not (IDs are already flowing).
+    pub fn start(
+        epoch_ms: i64,
+        read: &AtStart,
+        node: Node,
+        state: &mut State,
+    ) -> (Worker, Option<MarkBelowClaim>) {
+        let floor = restored_floor(read.mark_unix_ms, read.recorded_epoch_ms, epoch_ms);
+        let claimed_ms = read
+            .own_claim
+            .and_then(|c| decompose(c.lease_id).ok())
+            .map_or(0, |p| p.ms);
+        state.raise_floor(floor);
+        state.raise_floor(claimed_ms);
+        let recorded = read.recorded_epoch_ms.unwrap_or(epoch_ms);
+        let mut own_mark = read.mark_unix_ms;
+        let mut below = None;
+        if claimed_ms > floor {
+            // Taking the claim's value as ours makes the next look write it back.
+            own_mark = recorded + claimed_ms as i64;
+            below = Some(MarkBelowClaim {
+                mark_unix_ms: read.mark_unix_ms,
+                claimed_ms,
+            });
+        }
+        let worker = Worker {
+            epoch_ms,
+            recorded_epoch_ms: recorded,
+            own_mark,
+            gated: state.lease() == Some(0),
+            gate_looked: None,
+            catch_up: CatchUp::default(),
+            claimed_at: None,
+            looked: None,
+            issued_at_renewal: 0,
+            phase: Phase::Gate,
+            conflict: None,
+            paths: PathWatch::default(),
+            liveness: Liveness::default(),
+            copies: CopyWatch::default(),
+            // A move to another pair at this start is known from now on, whatever happens to the
+            // row before the first refresh writes it (a restore).
+            left_pairs: left_pairs_after(&read.left_pairs, read.own_claim.as_ref(), node),
+            claim_written_at: None,
+            held: None,
+        };
+        (worker, below)
+    }
+
+    /// Whether no lease is granted yet because the claims paths have not caught up (rule 2).
+    pub fn gated(&self) -> bool {
+        self.gated
+    }
+
+    /// The epoch the persisted mark was last written under (Unix ms).
+    pub fn recorded_epoch_ms(&self) -> i64 {
+        self.recorded_epoch_ms
+    }
+
+    /// The conflict as the last refresh found it.
+    pub fn conflict(&self) -> Option<Claim> {
+        self.conflict
+    }
+
+    /// The next thing to do, at monotonic `now_ms` and wall clock `wall_unix_ms`, with the
+    /// generator's state as it is now. The loop: the gate's look at the paths (while gated), the
+    /// refresh (every `REFRESH_MS`), the clock's look, a renewal when IDs want one, a nap.
+    pub fn poll(&mut self, now_ms: u64, wall_unix_ms: i64, state: &State, drift: u64) -> Todo {
+        loop {
+            match self.phase {
+                Phase::Gate => {
+                    self.phase = Phase::Refresh;
+                    let due = self
+                        .gate_looked
+                        .is_none_or(|t| now_ms.saturating_sub(t) >= GATE_LOOK_MS);
+                    if self.gated && due {
+                        self.gate_looked = Some(now_ms);
+                        return Todo::ReadPaths;
+                    }
+                }
+                Phase::Refresh => {
+                    self.phase = Phase::Clock;
+                    if self
+                        .claimed_at
+                        .is_none_or(|t| now_ms.saturating_sub(t) >= REFRESH_MS)
+                    {
+                        self.claimed_at = Some(now_ms);
+                        return Todo::Refresh;
+                    }
+                }
+                Phase::Clock => {
+                    self.phase = Phase::Renew;
+                    let before = self.looked.replace((wall_unix_ms, now_ms));
+                    if let Some((wall, mono)) = before {
+                        let elapsed = now_ms.saturating_sub(mono) as i64;
+                        if let Some(jump) = forward_jump(wall_unix_ms - wall, elapsed) {
+                            return Todo::ForwardJump(jump);
+                        }
+                    }
+                }
+                Phase::Renew => {
+                    self.phase = Phase::Nap;
+                    let wanted =
+                        state.lease_wanted() || state.stats().issued != self.issued_at_renewal;
+                    let now = wall_unix_ms - self.epoch_ms;
+                    if !self.gated && state.renewal(now, wanted, drift).is_some() {
+                        return Todo::Renew;
+                    }
+                }
+                Phase::Nap => {
+                    self.phase = Phase::Gate;
+                    return Todo::Nap((lease_length_ms(drift) / 4).max(5));
+                }
+            }
+        }
+    }
+
+    /// The paths as read while gated, at monotonic `now_ms` (rule 2). Returns how the gate
+    /// ended, if it did.
+    pub fn paths_read(&mut self, now_ms: u64, readings: &[PathReading]) -> Option<GateEnd> {
+        if !self.gated {
+            return None;
+        }
+        if self.catch_up.observe(readings) {
+            // The claims are fresh now: the refresh next reads them before any lease.
+            if !readings.is_empty() {
+                self.claimed_at = None;
+            }
+            self.gated = false;
+            Some(GateEnd::CaughtUp)
+        } else if now_ms >= CATCH_UP_LIMIT_MS {
+            self.gated = false;
+            Some(GateEnd::TimedOut {
+                waiting: self
+                    .catch_up
+                    .waiting()
+                    .into_iter()
+                    .map(String::from)
+                    .collect(),
+            })
+        } else {
+            None
+        }
+    }
+
+    /// The mark as read between renewals (rule 3), in the transaction that writes back
+    /// `write_back`, if any.
+    pub fn mark_read(
+        &mut self,
+        mark_unix_ms: i64,
+        recorded_epoch_ms: Option<i64>,
+        state: &mut State,
+    ) -> MarkCheck {
+        let own = self.own_mark;
+        let found = state.follow_outside_mark(mark_unix_ms, recorded_epoch_ms, self.epoch_ms, own);
+        let write_back = match found {
+            Some(f) if f.lowered => Some(own),
+            // Raised: followed, and the worker's own from now on.
+            Some(_) => {
+                self.own_mark = mark_unix_ms;
+                None
+            }
+            None => None,
+        };
+        MarkCheck { found, write_back }
+    }
+
+    /// What to write into this server's own claim at a refresh (rule 6), from its row as it is
+    /// (`own`) and the pairs that row says it left: the highest ID this server may have issued,
+    /// and the pairs it left, the old pair joining them if it moved. The pairs are merged with
+    /// those this worker read at its start and wrote since: a restore that put back an older
+    /// row of ours (a dump that includes `_snowflake`) must not erase a floor the next holder of
+    /// a pair needs.
+    pub fn claim_row(
+        &mut self,
+        own: Option<&Claim>,
+        own_left_pairs: &[i64],
+        node: Node,
+        state: &State,
+    ) -> (i64, Vec<i64>) {
+        let known = merge_left_pairs(own_left_pairs, &self.left_pairs);
+        self.left_pairs = left_pairs_after(&known, own, node);
+        (claim_lease_id(node, state), self.left_pairs.clone())
+    }
+
+    /// What the refresh's transaction read (rule 6), at monotonic `now_ms`: sets or clears the
+    /// refusal.
+    pub fn refreshed(
+        &mut self,
+        now_ms: u64,
+        read: Refreshed,
+        settings: &Settings,
+        state: &mut State,
+    ) -> FleetView {
+        let (me, node, expiry) = (
+            settings.system_identifier,
+            settings.node,
+            settings.claim_expiry_ms,
+        );
+        let (dc, w) = (node.datacenter(), node.worker());
+        self.copies.observe(now_ms, read.own_before);
+        self.copies.wrote(&read.written);
+        let events = self.paths.observe(now_ms, read.paths);
+        self.liveness.observe(now_ms, &read.claims);
+        // While claims may be stale here (a path failing or relaying), a copy's sighting outlives
+        // its expiry as any claim does: a copy cannot be retired, so only a restart of this
+        // server (or the end of the relaying path) ends that refusal.
+        let stale = self.paths.claims_may_be_stale(now_ms);
+        let copy_announced = self.copies.announce(now_ms, expiry, stale);
+        let liveness = &self.liveness;
+        let live = |c: &Claim| liveness.live(c, now_ms, expiry);
+        // A copy of this server on its own pair first: it issues exactly our IDs.
+        let copy_here = self
+            .copies
+            .copy(now_ms, expiry, stale)
+            .filter(|c| c.datacenter == dc && c.worker == w);
+        let found = copy_here.or_else(|| conflict(me, dc, w, &read.claims, |c| stale || live(c)));
+        let claims_stale = copy_here.is_none()
+            && found.is_some()
+            && conflict(me, dc, w, &read.claims, live).is_none();
+        // Every ID from now on goes above what another server may have issued on our pair: a
+        // refusal that ends here (the other server left the pair) must not resume under a lease
+        // granted before its last IDs were known.
+        if let Some(id) = handover_floor(me, dc, w, &read.claims, &read.left_pairs) {
+            state.raise_floor(decompose(id).map(|p| p.ms).unwrap_or(0));
+        }
+        state.set_refused(found.is_some());
+        self.claim_written_at = Some(now_ms);
+        // A lease held back (rule 7) is granted now that the claims were looked at, unless they
+        // show a conflict (the next renewal then starts over).
+        if let Some(write) = self.held.take() {
+            if found.is_none() {
+                self.grant(&write, state);
+            }
+        }
+        let before = std::mem::replace(&mut self.conflict, found);
+        FleetView {
+            events,
+            copy_announced,
+            before,
+            conflict: found,
+            claims_stale,
+        }
+    }
+
+    /// The floors read in the renewal's transaction (rule 4), at wall clock `wall_unix_ms`: the
+    /// hand-over floor of this server's pair (an ID) and the mark. Returns the lease to write in
+    /// the same transaction, if one is still needed.
+    pub fn renew_read(
+        &mut self,
+        wall_unix_ms: i64,
+        handover_id: Option<i64>,
+        mark_unix_ms: i64,
+        recorded_epoch_ms: Option<i64>,
+        settings: &Settings,
+        state: &mut State,
+    ) -> RenewPlan {
+        if let Some(id) = handover_id {
+            state.raise_floor(decompose(id).map(|p| p.ms).unwrap_or(0));
+        }
+        let own = self.own_mark;
+        let found = state.follow_outside_mark(mark_unix_ms, recorded_epoch_ms, self.epoch_ms, own);
+        let now = wall_unix_ms - self.epoch_ms;
+        let write = state
+            .renewal(now, true, settings.max_drift_ms)
+            .map(|lease_ms| LeaseWrite {
+                lease_ms,
+                mark_unix_ms: self.epoch_ms + lease_ms as i64,
+                own_unix_ms: own,
+                epoch_ms: self.epoch_ms,
+                claim_lease_id: assemble(lease_ms.min(MAX_TIMESTAMP), settings.node, MAX_SEQUENCE),
+            });
+        if write.is_none() && found.is_some_and(|f| !f.lowered) {
+            // Raised: followed, and the worker's own from now on. (A lowered mark is written
+            // back by the next look.)
+            self.own_mark = mark_unix_ms;
+        }
+        RenewPlan {
+            mark_unix_ms,
+            found,
+            write,
+        }
+    }
+
+    /// The renewal's transaction committed (rule 5) at monotonic `now_ms`: the mark now holds
+    /// `written_unix_ms`, and this server's own claim was `claim_before` and is now
+    /// `claim_written` (its stamp). Grants the lease, unless this server's claim had not been
+    /// written for so long that a peer may have taken it for gone (rule 7): then the lease is
+    /// held until the next refresh has looked at the claims. Returns whether it was granted.
+    #[allow(clippy::too_many_arguments)]
+    pub fn renew_committed(
+        &mut self,
+        now_ms: u64,
+        write: &LeaseWrite,
+        written_unix_ms: i64,
+        claim_before: Option<Claim>,
+        claim_written: Option<Claim>,
+        settings: &Settings,
+        state: &mut State,
+    ) -> bool {
+        self.own_mark = written_unix_ms;
+        self.recorded_epoch_ms = write.epoch_ms;
+        let silent = self.claim_silent(now_ms, settings.claim_expiry_ms);
+        if let Some(stamp) = claim_written {
+            self.copies.observe(now_ms, claim_before);
+            self.copies.wrote(&stamp);
+            self.claim_written_at = Some(now_ms);
+        }
+        if silent {
+            self.held = Some(*write);
+            self.claimed_at = None;
+            return false;
+        }
+        self.grant(write, state);
+        true
+    }
+
+    /// Whether this server's claim was last written so long before `now_ms` that a peer watching
+    /// it may have seen it unchanged for the expiry, less a refresh (or never written since the
+    /// worker started).
+    fn claim_silent(&self, now_ms: u64, expiry_ms: u64) -> bool {
+        self.claim_written_at
+            .is_none_or(|t| now_ms.saturating_sub(t) >= expiry_ms.saturating_sub(REFRESH_MS))
+    }
+
+    fn grant(&mut self, write: &LeaseWrite, state: &mut State) {
+        state.grant_lease(write.lease_ms);
+        self.issued_at_renewal = state.stats().issued;
+    }
+}
+
+/// The highest ID this server may have issued, for its claim: the last ID of its lease, or before
+/// the first lease since start-up of its floor (a floor raised above the lease by
+/// `snowflake_set_floor()` is not issued under yet, and is the lease's business: the claim must
+/// not run ahead of the persisted mark). 0 when nothing is known.
+pub fn claim_lease_id(node: Node, state: &State) -> i64 {
+    let ms = match state.lease() {
+        Some(lease) if lease > 0 => lease.min(MAX_TIMESTAMP),
+        _ => state.highest_possible_ms(),
+    };
+    if ms == 0 {
+        0
+    } else {
+        assemble(ms, node, MAX_SEQUENCE)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fleet::PathReading;
+    use crate::generator::Step;
+
+    const EPOCH: i64 = 1_288_834_974_657;
+    const ME: i64 = 42;
+
+    fn node(w: i64) -> Node {
+        Node::new(1, w).unwrap()
+    }
+
+    fn settings() -> Settings {
+        Settings {
+            system_identifier: ME,
+            node: node(2),
+            max_drift_ms: 10_000,
+            claim_expiry_ms: 15_000,
+        }
+    }
+
+    fn at(mark_ms: i64, claimed_ms: u64) -> AtStart {
+        AtStart {
+            mark_unix_ms: if mark_ms == 0 { 0 } else { EPOCH + mark_ms },
+            recorded_epoch_ms: Some(EPOCH),
+            own_claim: (claimed_ms > 0).then(|| Claim {
+                lease_id: assemble(claimed_ms, node(2), MAX_SEQUENCE),
+                ..claim(ME, 2, 1)
+            }),
+            left_pairs: Vec::new(),
+        }
+    }
+
+    fn path(end: i64) -> PathReading {
+        PathReading {
+            subscription: "s".into(),
+            enabled: true,
+            apply_pid: Some(7),
+            silent_ms: Some(0),
+            errors: Some(0),
+            table_state: 'r',
+            end_lsn: Some(end),
+            relays: false,
+        }
+    }
+
+    fn claim(sysid: i64, w: i64, version: i64) -> Claim {
+        Claim {
+            system_identifier: sysid,
+            datacenter: 1,
+            worker: w as u32,
+            last_seen_unix_ms: 0,
+            version,
+            lease_id: 0,
+            retired: false,
+        }
+    }
+
+    fn refreshed(claims: Vec<Claim>) -> Refreshed {
+        Refreshed {
+            own_before: None,
+            written: claim(ME, 2, 1),
+            claims,
+            left_pairs: Vec::new(),
+            paths: Vec::new(),
+        }
+    }
+
+    /// Drives `poll` to the first thing that is not a nap or a refresh.
+    fn todos(w: &mut Worker, now: u64, wall: i64, s: &State) -> Vec<Todo> {
+        let mut out = Vec::new();
+        loop {
+            let t = w.poll(now, wall, s, 10_000);
+            out.push(t);
+            if matches!(t, Todo::Nap(_)) {
+                return out;
+            }
+        }
+    }
+
+    #[test]
+    fn the_start_takes_the_higher_of_the_mark_and_the_claims_lease() {
+        let mut s = State::awaiting_lease();
+        let (w, below) = Worker::start(EPOCH, &at(5_000, 0), node(2), &mut s);
+        assert_eq!((s.last_ms(), below), (5_000, None));
+        assert!(w.gated());
+        let mut s = State::awaiting_lease();
+        let (w, below) = Worker::start(EPOCH, &at(5_000, 9_000), node(2), &mut s);
+        assert_eq!(s.last_ms(), 9_000);
+        assert_eq!(
+            below,
+            Some(MarkBelowClaim {
+                mark_unix_ms: EPOCH + 5_000,
+                claimed_ms: 9_000
+            })
+        );
+        // The claim's value is the worker's own: the first look writes it back.
+        let mut w = w;
+        let check = w.mark_read(EPOCH + 5_000, Some(EPOCH), &mut s);
+        assert_eq!(check.write_back, Some(EPOCH + 9_000));
+        // A worker restarted while the server runs (a lease held) is not gated.
+        let mut s = State::awaiting_lease();
+        s.grant_lease(100);
+        assert!(!Worker::start(EPOCH, &at(5_000, 0), node(2), &mut s)
+            .0
+            .gated());
+    }
+
+    #[test]
+    fn no_lease_while_gated_and_the_refresh_comes_right_after_the_gate() {
+        let mut s = State::awaiting_lease();
+        let (mut w, _) = Worker::start(EPOCH, &at(0, 0), node(2), &mut s);
+        let wall = EPOCH + 1_000_000;
+        assert!(matches!(
+            s.next(1_000_000, node(2), 10_000),
+            Ok(Step::WaitLease { .. })
+        ));
+        assert_eq!(
+            todos(&mut w, 0, wall, &s)[..2],
+            [Todo::ReadPaths, Todo::Refresh]
+        );
+        assert_eq!(w.paths_read(0, &[path(5)]), None);
+        // Still gated: no renewal however much it is wanted.
+        assert!(!todos(&mut w, 300, wall + 300, &s).contains(&Todo::Renew));
+        assert_eq!(w.paths_read(600, &[path(6)]), Some(GateEnd::CaughtUp));
+        assert!(!w.gated());
+        // The claims arrived: the refresh comes before the lease.
+        let next = todos(&mut w, 601, wall + 601, &s);
+        assert_eq!(next[..2], [Todo::Refresh, Todo::Renew]);
+    }
+
+    #[test]
+    fn the_gate_ends_at_its_limit_naming_the_paths() {
+        let mut s = State::awaiting_lease();
+        let (mut w, _) = Worker::start(EPOCH, &at(0, 0), node(2), &mut s);
+        assert_eq!(w.paths_read(0, &[path(5)]), None);
+        assert_eq!(
+            w.paths_read(CATCH_UP_LIMIT_MS, &[path(5)]),
+            Some(GateEnd::TimedOut {
+                waiting: vec!["s".into()]
+            })
+        );
+        // Without paths, the first look opens it.
+        let mut s = State::awaiting_lease();
+        let (mut w, _) = Worker::start(EPOCH, &at(0, 0), node(2), &mut s);
+        assert_eq!(w.paths_read(0, &[]), Some(GateEnd::CaughtUp));
+    }
+
+    #[test]
+    fn a_lease_is_granted_only_once_committed_and_above_every_floor_read() {
+        let mut s = State::awaiting_lease();
+        let (mut w, _) = Worker::start(EPOCH, &at(1_000, 0), node(2), &mut s);
+        w.paths_read(0, &[]);
+        let handover = assemble(50_000, node(2), 7);
+        let plan = w.renew_read(
+            EPOCH + 20_000,
+            Some(handover),
+            EPOCH + 30_000,
+            Some(EPOCH),
+            &settings(),
+            &mut s,
+        );
+        let write = plan.write.expect("a lease is needed");
+        // Above the hand-over floor and the raised mark; nothing granted yet.
+        assert_eq!(s.last_ms(), 50_000);
+        assert_eq!(write.lease_ms, 51_000);
+        assert_eq!(write.mark_unix_ms, EPOCH + 51_000);
+        assert_eq!(
+            write.claim_lease_id,
+            assemble(51_000, node(2), MAX_SEQUENCE)
+        );
+        assert_eq!(s.lease(), Some(0));
+        assert!(plan.found.is_some_and(|f| !f.lowered));
+        // No refresh has written the claim yet: the lease is held until one has looked.
+        assert!(!w.renew_committed(0, &write, EPOCH + 51_000, None, None, &settings(), &mut s));
+        assert_eq!(s.lease(), Some(0));
+        w.refreshed(1, refreshed(vec![]), &settings(), &mut s);
+        assert_eq!(s.lease(), Some(51_000));
+        // Written within the expiry (less a refresh): granted at once.
+        assert!(w.renew_committed(
+            9_999,
+            &write,
+            EPOCH + 51_000,
+            None,
+            None,
+            &settings(),
+            &mut s
+        ));
+        // A commit that waited longer: held, and dropped if the refresh finds a conflict.
+        let later = LeaseWrite {
+            lease_ms: 60_000,
+            ..write
+        };
+        assert!(!w.renew_committed(
+            20_000,
+            &later,
+            EPOCH + 60_000,
+            None,
+            None,
+            &settings(),
+            &mut s
+        ));
+        w.refreshed(20_001, refreshed(vec![claim(7, 2, 1)]), &settings(), &mut s);
+        assert_eq!(s.lease(), Some(51_000));
+        // The mark written is the worker's own now.
+        assert_eq!(w.mark_read(EPOCH + 60_000, Some(EPOCH), &mut s).found, None);
+    }
+
+    #[test]
+    fn a_look_follows_a_raised_mark_and_writes_back_a_lowered_one() {
+        let mut s = State::awaiting_lease();
+        let (mut w, _) = Worker::start(EPOCH, &at(10_000, 0), node(2), &mut s);
+        let raised = w.mark_read(EPOCH + 20_000, Some(EPOCH), &mut s);
+        assert_eq!(raised.write_back, None);
+        assert_eq!(s.last_ms(), 20_000);
+        // Raised is ours now: the same value again is nothing.
+        assert_eq!(w.mark_read(EPOCH + 20_000, Some(EPOCH), &mut s).found, None);
+        let lowered = w.mark_read(EPOCH + 5_000, Some(EPOCH), &mut s);
+        assert_eq!(lowered.write_back, Some(EPOCH + 20_000));
+        assert_eq!(s.last_ms(), 20_000);
+        // A renewal that finds it raised but needs no lease takes it as its own too.
+        s.grant_lease(u64::MAX - 1);
+        let plan = w.renew_read(
+            EPOCH + 1,
+            None,
+            EPOCH + 30_000,
+            Some(EPOCH),
+            &settings(),
+            &mut s,
+        );
+        assert_eq!(plan.write, None);
+        assert_eq!(w.mark_read(EPOCH + 30_000, Some(EPOCH), &mut s).found, None);
+    }
+
+    #[test]
+    fn a_refresh_refuses_on_a_live_claim_and_clears_when_it_moves() {
+        let mut s = State::awaiting_lease();
+        let (mut w, _) = Worker::start(EPOCH, &at(0, 0), node(2), &mut s);
+        let view = w.refreshed(
+            0,
+            refreshed(vec![claim(ME, 2, 1), claim(7, 2, 1)]),
+            &settings(),
+            &mut s,
+        );
+        assert_eq!(view.conflict.map(|c| c.system_identifier), Some(7));
+        assert!(s.refused() && view.before.is_none());
+        let view = w.refreshed(
+            5_000,
+            refreshed(vec![claim(ME, 2, 2), claim(7, 3, 2)]),
+            &settings(),
+            &mut s,
+        );
+        assert_eq!(view.conflict, None);
+        assert!(view.before.is_some() && !s.refused());
+        // A claim that stopped changing expires by this server's clock.
+        w.refreshed(10_000, refreshed(vec![claim(7, 2, 3)]), &settings(), &mut s);
+        assert!(s.refused());
+        for t in [15_000, 20_000] {
+            w.refreshed(t, refreshed(vec![claim(7, 2, 3)]), &settings(), &mut s);
+            assert!(s.refused());
+        }
+        w.refreshed(25_000, refreshed(vec![claim(7, 2, 3)]), &settings(), &mut s);
+        assert!(!s.refused());
+    }
+
+    #[test]
+    fn a_claim_put_back_by_a_restore_does_not_forget_a_pair_left() {
+        let mut s = State::awaiting_lease();
+        s.grant_lease(9_000);
+        let (mut w, _) = Worker::start(EPOCH, &at(0, 0), node(2), &mut s);
+        // Our row was on worker 1 with a lease: we are on worker 2 now.
+        let mut old = claim(ME, 1, 1);
+        old.lease_id = assemble(8_000, node(1), MAX_SEQUENCE);
+        let (lease_id, left) = w.claim_row(Some(&old), &[], node(2), &s);
+        assert_eq!(lease_id, assemble(9_000, node(2), MAX_SEQUENCE));
+        assert_eq!(left, vec![old.lease_id]);
+        // A restore puts back a row from before the move: the pair left stays.
+        let before_move = claim(ME, 2, 2);
+        let (_, left) = w.claim_row(Some(&before_move), &[], node(2), &s);
+        assert_eq!(left, vec![old.lease_id]);
+        // And a worker that starts reads the pairs left from its claim, and the pair its claim
+        // was on when that is another one.
+        let mut start = at(0, 0);
+        start.left_pairs = vec![old.lease_id];
+        let (w2, _) = Worker::start(EPOCH, &start, node(2), &mut s);
+        assert_eq!(w2.left_pairs, vec![old.lease_id]);
+        start.left_pairs.clear();
+        start.own_claim = Some(old);
+        let (w3, _) = Worker::start(EPOCH, &start, node(2), &mut s);
+        assert_eq!(w3.left_pairs, vec![old.lease_id]);
+        start.own_claim = None;
+        start.left_pairs = vec![old.lease_id];
+        let (mut w, _) = Worker::start(EPOCH, &start, node(2), &mut s);
+        assert_eq!(
+            w.claim_row(Some(&before_move), &[], node(2), &s).1,
+            vec![old.lease_id]
+        );
+    }
+
+    #[test]
+    fn a_forward_jump_is_told_from_elapsed_time() {
+        let mut s = State::awaiting_lease();
+        let (mut w, _) = Worker::start(EPOCH, &at(0, 0), node(2), &mut s);
+        w.paths_read(0, &[]);
+        todos(&mut w, 0, EPOCH, &s);
+        assert!(!todos(&mut w, 250, EPOCH + 250, &s)
+            .iter()
+            .any(|t| matches!(t, Todo::ForwardJump(_))));
+        assert!(todos(&mut w, 500, EPOCH + 5_250, &s).contains(&Todo::ForwardJump(4_750)));
+    }
+}

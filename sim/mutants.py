@@ -1,0 +1,143 @@
+#!/usr/bin/env python3
+"""Re-introduces, one at a time, defects of this project's history (and a few more) into a copy of
+the core, and checks that the simulator's `make test` budget finds each: `make sim-mutants`.
+
+Each mutant is one exact replacement in one file of core/src (it must match exactly once). A
+mutant found prints the seed that found it, that is how many schedules it took; one not found
+fails the run, unless it is listed as out of the simulated world (say why beside it)."""
+
+import os, shutil, subprocess, sys, tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BUDGET = int(os.environ.get("SIM_BUDGET", "8000"))
+
+# (name, [(file, old, new), ...], out_of_world_reason or None): a mutant with several
+# replacements makes them all.
+MUTANTS = [
+    # The defects of this project's history, as the issue that asked for the simulator lists them.
+    ("grant a lease before it is flushed", [("worker.rs",
+     "        if write.is_none() && found.is_some_and(|f| !f.lowered) {",
+     "        if let Some(w) = write {\n            state.grant_lease(w.lease_ms);\n        }\n        if write.is_none() && found.is_some_and(|f| !f.lowered) {")], None),
+    ("let a running worker lower a restored mark (take a lowered mark as its own)", [("worker.rs",
+     "            Some(f) if f.lowered => Some(own),",
+     "            Some(f) if f.lowered => {\n                self.own_mark = mark_unix_ms;\n                None\n            }")],
+     "masked: the start's floor from the claim's lease covers every restart after it (the next mutant "
+     "joins it: found), and a restore that lowers the claim as well is the docs' named limit"),
+    ("let a running worker lower a restored mark, with no floor from the claim at start", [("worker.rs",
+     "            Some(f) if f.lowered => Some(own),",
+     "            Some(f) if f.lowered => {\n                self.own_mark = mark_unix_ms;\n                None\n            }"),
+     ("worker.rs", "        state.raise_floor(claimed_ms);", "        let _ = claimed_ms;")], None),
+    ("judge a peer's liveness by its own clock", [("worker.rs",
+     "        let live = |c: &Claim| liveness.live(c, now_ms, expiry);",
+     "        let _ = liveness;\n        let wall = read.written.last_seen_unix_ms;\n        let live = |c: &Claim| wall.saturating_sub(c.last_seen_unix_ms) < expiry as i64;")], None),
+    ("ignore the hand-over floor", [("worker.rs",
+     "            state.raise_floor(decompose(id).map(|p| p.ms).unwrap_or(0));\n        }\n        let own",
+     "            let _ = id;\n        }\n        let own"),
+     ("worker.rs", "        if let Some(id) = handover_floor(me, dc, w, &read.claims, &read.left_pairs) {\n            state.raise_floor",
+      "        if let Some(id) = None::<i64> {\n            state.raise_floor")], None),
+    ("drop a prepared transaction's hold at restart", [],
+     "the read horizon is not simulated: its slots' protocol is model-checked with loom (make loom)"),
+    ("compare a raised mark with the lease instead of what was issued", [("lease.rs",
+     "        self.raise_floor(found.floor);",
+     "        if found.floor > self.lease_ms {\n            self.raise_floor(found.floor);\n        }")],
+     "no source of a raised mark in this world carries IDs that another floor does not carry too "
+     "(the recipes raise floors with snowflake_set_floor; a dump of a server on the same pair comes with its claim)"),
+    ("let a move to another pair drop the old pair's floor", [("worker.rs",
+     "        self.left_pairs = left_pairs_after(&known, own, node);",
+     "        let _ = own;\n        self.left_pairs = known;"),
+     ("worker.rs", "            left_pairs: left_pairs_after(&read.left_pairs, read.own_claim.as_ref(), node),",
+      "            left_pairs: read.left_pairs.clone(),")], None),
+    ("issue at start before the claims are fresh", [("worker.rs",
+     "            gated: state.lease() == Some(0),",
+     "            gated: false,")], None),
+    ("let a restore set the mark lower (no floor from the claim's lease at start)", [("worker.rs",
+     "        state.raise_floor(claimed_ms);",
+     "        let _ = claimed_ms;")], None),
+    # What the simulator found, put back.
+    ("forget the pairs left that this worker wrote", [("worker.rs",
+     "        let known = merge_left_pairs(own_left_pairs, &self.left_pairs);",
+     "        let known = own_left_pairs.to_vec();")], None),
+    ("count a stall of this server's own looks in full", [("fleet.rs",
+     "                    .map_or(0, |s| s.3 + now_ms.saturating_sub(s.2).min(MAX_LOOK_GAP_MS));",
+     "                    .map_or(0, |s| s.3 + now_ms.saturating_sub(s.2));"),
+     ("fleet.rs", "                    || s.3 + now_ms.saturating_sub(s.2).min(MAX_LOOK_GAP_MS) < expiry_ms",
+      "                    || s.3 + now_ms.saturating_sub(s.2) < expiry_ms")], None),
+    ("grant a lease committed while the claim was silent", [("worker.rs",
+     "        let silent = self.claim_silent(now_ms, settings.claim_expiry_ms);",
+     "        let silent = false && self.claim_silent(now_ms, settings.claim_expiry_ms);")], None),
+    ("follow the hand-over floor only at the next lease", [("worker.rs",
+     "        if let Some(id) = handover_floor(me, dc, w, &read.claims, &read.left_pairs) {\n            state.raise_floor",
+     "        if let Some(id) = None::<i64> {\n            state.raise_floor")], None),
+    # A few of our own.
+    ("a claim never watched counts as expired", [("fleet.rs",
+     "            .is_none_or(|s| {\n                s.1 != c.version",
+     "            .is_some_and(|s| {\n                s.1 != c.version")], None),
+    ("claims are never stale while a path fails", [("fleet.rs",
+     "            .any(|p| p.last.relays || Self::failing(p, now_ms))",
+     "            .any(|p| p.last.relays && Self::failing(p, now_ms))")], None),
+    ("the refresh never refuses", [("worker.rs",
+     "        state.set_refused(found.is_some());",
+     "        state.set_refused(false);")], None),
+    ("a lowered mark is not written back", [("worker.rs",
+     "            Some(f) if f.lowered => Some(own),",
+     "            Some(f) if f.lowered => None,")],
+     "masked as the second mutant is: the claim's lease at start is the floor a restart needs"),
+    ("the lease bound lets one more millisecond through", [("generator.rs",
+     "        if ms > self.lease_ms {",
+     "        if ms > self.lease_ms.saturating_add(1) {")], None),
+]
+
+
+def main():
+    target = os.environ.get("CARGO_TARGET_DIR", "/tmp/snowflake-sim-mutants-target")
+    failures = 0
+    for name, replacements, reason in MUTANTS:
+        if not replacements:
+            print(f"outside {name}: {reason}")
+            continue
+        with tempfile.TemporaryDirectory() as tmp:
+            for part in ("core", "sim"):
+                shutil.copytree(os.path.join(ROOT, part), os.path.join(tmp, part),
+                                ignore=shutil.ignore_patterns("target"))
+            with open(os.path.join(tmp, "Cargo.toml"), "w") as f:
+                f.write('[workspace]\nmembers = ["core", "sim"]\nresolver = "2"\n')
+            shutil.copy(os.path.join(ROOT, "Cargo.lock"), tmp)
+            applied = True
+            for file, old, new in replacements:
+                path = os.path.join(tmp, "core", "src", file)
+                text = open(path).read()
+                if text.count(old) != 1:
+                    print(f"MUTANT DOES NOT APPLY ({text.count(old)} matches of {old[:60]!r}): {name}")
+                    applied = False
+                    break
+                open(path, "w").write(text.replace(old, new))
+            if not applied:
+                failures += 1
+                continue
+            build = subprocess.run(["cargo", "build", "--release", "--quiet", "-p", "snowflake-sim"],
+                                   cwd=tmp, env={**os.environ, "CARGO_TARGET_DIR": target},
+                                   capture_output=True, text=True)
+            if build.returncode != 0:
+                print(f"MUTANT DOES NOT BUILD: {name}\n{build.stderr[-2000:]}")
+                failures += 1
+                continue
+            run = subprocess.run([os.path.join(target, "release", "snowflake-sim")],
+                                 env={**os.environ, "SIM_SCHEDULES": str(BUDGET), "SIM_FIRST_SEED": "1",
+                                      "SEED": ""},
+                                 capture_output=True, text=True)
+            first = next((l for l in run.stdout.splitlines() if l.startswith("seed ")), "")
+            shrunk = next((l for l in run.stdout.splitlines() if l.startswith("shrunk to")), "")
+            if run.returncode != 0 and first:
+                seed = int(first.split(":")[0].split()[1])
+                what = first.split(": ", 1)[1].split(" (event")[0]
+                print(f"found   {name}: after {seed} schedules (seed {seed}); {shrunk.split(' (replay')[0]}: {what[:90]}")
+            elif reason:
+                print(f"masked  {name}: {reason}")
+            else:
+                print(f"MISSED  {name}")
+                failures += 1
+    sys.exit(1 if failures else 0)
+
+
+if __name__ == "__main__":
+    main()
