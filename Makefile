@@ -92,8 +92,8 @@ sim:
 sim-mutants:
 	python3 sim/mutants.py
 
-# make test's share: the same seeds every time (about 30 s of schedules on two cores).
-SIM_BUDGET := 8000
+# make test's share: the same seeds every time (about a minute of schedules on one core).
+SIM_BUDGET := 16000
 sim-budget:
 	SIM_SCHEDULES=$(SIM_BUDGET) SIM_FIRST_SEED=1 cargo run --release --quiet -p snowflake-sim
 
