@@ -138,8 +138,9 @@ pub fn handover_floor(node: Node) -> Option<i64> {
 /// the claims table was made there is no row, and the refresh writes it.
 /// The row also gets this server's pair (the lease's): a restore that put back an older row of
 /// ours on another pair must not reach the peers through this write.
-/// Returns this server's own claim as it was before (for [`crate::core::fleet::CopyWatch::observe`]) and the stamp of
-/// the row written (for [`crate::core::fleet::CopyWatch::wrote`]), if there was one.
+/// Returns this server's own claim as it was before (for
+/// [`crate::core::fleet::CopyWatch::observe`]) and the stamp of the row written (for
+/// [`crate::core::fleet::CopyWatch::wrote`]), if there was one.
 pub fn record_lease(lease_id: i64, node: Node) -> (Option<Claim>, Option<Claim>) {
     let before = own_claim();
     let written = write_own_claim(

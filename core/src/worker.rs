@@ -826,6 +826,25 @@ mod tests {
     }
 
     #[test]
+    fn a_refusal_that_ends_resumes_above_what_the_other_server_left_on_the_pair() {
+        let mut s = State::awaiting_lease();
+        s.grant_lease(5_000);
+        let (mut w, _) = Worker::start(EPOCH, &at(0, 0), node(2), &mut s);
+        w.refreshed(0, refreshed(vec![claim(7, 2, 1)]), &settings(), &mut s);
+        assert!(s.refused());
+        // Server 7 moved to worker 3; its claim keeps its last ID on ours, ahead of our lease.
+        let mut moved = refreshed(vec![claim(7, 3, 2)]);
+        moved.left_pairs = vec![LeftPair {
+            system_identifier: 7,
+            last_id: assemble(9_000, node(2), MAX_SEQUENCE),
+        }];
+        w.refreshed(REFRESH_MS, moved, &settings(), &mut s);
+        // Free again, and above its IDs before any next lease.
+        assert!(!s.refused());
+        assert_eq!(s.last_ms(), 9_000);
+    }
+
+    #[test]
     fn a_claim_put_back_by_a_restore_does_not_forget_a_pair_left() {
         let mut s = State::awaiting_lease();
         s.grant_lease(9_000);
