@@ -23,10 +23,15 @@
 //!   prepared at once, so once ended ones are purged every prepared transaction fits. If one does
 //!   not anyway, nothing is skipped: PREPARE fails (53400) rather than hold no entry, and a scan
 //!   that cannot record a survivor reports -1 and runs again at the next call.
+//!
+//! The prepared table's rules (enter, purge, enter the survivors, nothing known until then) are
+//! the core's ([`crate::core::horizon::enter`] and its siblings), which the simulator drives with
+//! crashes; this module keeps the table in shared memory, takes the lock and asks PostgreSQL
+//! which transactions are prepared or have ended.
 
 use crate::config;
 use crate::core::horizon::Slot;
-use crate::core::horizon::{horizon, EMPTY, UNKNOWN};
+use crate::core::horizon::{self as rules, Prepared, EMPTY};
 use crate::errors;
 use crate::generator::GENERATOR;
 use pgrx::prelude::*;
@@ -42,15 +47,6 @@ struct Header {
     prepared: usize,
     /// Whether the prepared transactions that survived the last restart have been entered.
     scanned: AtomicBool,
-}
-
-/// A prepared transaction's smallest ID; `xid` 0 marks a free entry. Read and written only
-/// under the generator's lock.
-#[derive(Clone, Copy)]
-#[repr(C)]
-struct Prepared {
-    xid: u32,
-    min_id: i64,
 }
 
 /// The segment: a `Header`, then `capacity` slots, then `prepared` entries. Null when
@@ -166,7 +162,7 @@ pub fn init() {
                         slots_ptr(h).add(i).write(Slot::empty());
                     }
                     for i in 0..prepared {
-                        prepared_ptr(h).add(i).write(Prepared { xid: 0, min_id: 0 });
+                        prepared_ptr(h).add(i).write(Prepared::default());
                     }
                 }
                 pg_sys::LWLockRelease(init_lock);
@@ -251,12 +247,7 @@ fn prepare(slot: &Slot) {
     for attempt in 0..2 {
         {
             let _lock = GENERATOR.exclusive();
-            let table = prepared_table();
-            if let Some(free) = table.iter_mut().find(|e| e.xid == 0) {
-                *free = Prepared {
-                    xid: xid.into_inner(),
-                    min_id: slot.own(),
-                };
+            if rules::enter(prepared_table(), xid.into_inner(), slot.own()) {
                 return;
             }
         }
@@ -303,11 +294,7 @@ fn purge_ended() {
         .collect();
     if !ended.is_empty() {
         let _lock = GENERATOR.exclusive();
-        for e in prepared_table().iter_mut() {
-            if e.xid != 0 && ended.contains(&e.xid) {
-                *e = Prepared { xid: 0, min_id: 0 };
-            }
-        }
+        rules::purge(prepared_table(), &ended);
     }
 }
 
@@ -332,20 +319,8 @@ fn scan_survivors() -> bool {
             .collect()
     });
     let _lock = GENERATOR.exclusive();
-    let table = prepared_table();
-    for xid in xids {
-        if table.iter().any(|e| e.xid == xid) {
-            continue;
-        }
-        match table.iter_mut().find(|e| e.xid == 0) {
-            Some(free) => {
-                *free = Prepared {
-                    xid,
-                    min_id: UNKNOWN,
-                }
-            }
-            None => return false,
-        }
+    if !rules::enter_survivors(prepared_table(), &xids) {
+        return false;
     }
     unsafe { (*SEGMENT).scanned.store(true, Ordering::Release) };
     true
@@ -407,8 +382,9 @@ fn read_horizon(function: &str, advance: bool) -> i64 {
     }
     // Until every transaction prepared before the last restart is recorded, nothing is known to
     // be visible: the horizon is below every ID.
-    if unsafe { !(*SEGMENT).scanned.load(Ordering::Acquire) } && !scan_survivors() {
-        return horizon(i64::MAX, [UNKNOWN]);
+    let scanned = unsafe { (*SEGMENT).scanned.load(Ordering::Acquire) } || scan_survivors();
+    if !scanned {
+        return rules::read(i64::MAX, false, [], &[]);
     }
     purge_ended();
     if advance {
@@ -419,13 +395,7 @@ fn read_horizon(function: &str, advance: bool) -> i64 {
     let p = shared.state.position(node);
     let h = unsafe { SEGMENT };
     let slots = unsafe { std::slice::from_raw_parts(slots_ptr(h), (*h).slots) };
-    let held = slots.iter().map(Slot::held).chain(
-        prepared_table()
-            .iter()
-            .filter(|e| e.xid != 0)
-            .map(|e| e.min_id),
-    );
-    horizon(p, held)
+    rules::read(p, scanned, slots.iter().map(Slot::held), prepared_table())
 }
 
 /// Who holds the horizon back: every backend whose open transaction holds an ID (`pid`, as in

@@ -569,29 +569,33 @@ fn renew(worker: &mut Worker, settings: &Settings, now_ms: u64) {
             return (plan, None, (None, None));
         };
         // The mark never goes down: not below a value written by someone else, nor below the
-        // worker's own if someone lowered it. (GREATEST is syntax, not a function on the
-        // search_path; it compares with bigint's own btree.)
-        let written = Spi::get_one_with_args::<i64>(
-            "SELECT pg_catalog.setval('_snowflake.lease_ms',
-                        GREATEST($1, $3, (SELECT last_value FROM _snowflake.lease_ms)), true)
-               FROM pg_catalog.setval('_snowflake.epoch_ms', $2, true)",
+        // worker's own if someone lowered it. What the write found there is returned too: a
+        // value set since the look is a floor (rule 4). (GREATEST is syntax, not a function on
+        // the search_path; it compares with bigint's own btree.)
+        let (written, found) = Spi::get_two_with_args::<i64, i64>(
+            "SELECT pg_catalog.setval('_snowflake.lease_ms', GREATEST($1, $3, m.last_value), true),
+                    m.last_value
+               FROM (SELECT last_value FROM _snowflake.lease_ms) m,
+                    pg_catalog.setval('_snowflake.epoch_ms', $2, true)",
             &[
                 write.mark_unix_ms.into(),
                 write.epoch_ms.into(),
                 write.own_unix_ms.into(),
             ],
         )
-        .expect("persist the lease")
-        .unwrap_or(write.mark_unix_ms);
+        .expect("persist the lease");
+        let written = written.unwrap_or(write.mark_unix_ms);
+        let found = found.unwrap_or(write.looked_unix_ms);
         let version = crate::fleet::record_lease(write.claim_lease_id, settings.node);
-        (plan, Some(written), version)
+        (plan, Some((written, found)), version)
     });
-    if let (Some(write), Some(written)) = (plan.write, written) {
+    if let (Some(write), Some((written, found))) = (plan.write, written) {
         let mut g = GENERATOR.exclusive();
         worker.renew_committed(
             now_ms,
             &write,
             written,
+            found,
             version.0,
             version.1,
             settings,

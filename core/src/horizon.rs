@@ -143,6 +143,69 @@ impl Slot {
     }
 }
 
+/// An entry of the prepared table: a prepared transaction's XID (0: a free entry) and the
+/// smallest ID it holds (`UNKNOWN` when it was prepared before the last restart). The glue keeps
+/// the table in shared memory, `max_prepared_transactions` entries (as many as PostgreSQL lets be
+/// prepared at once), and reads and writes it only under the generator's lock.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[repr(C)]
+pub struct Prepared {
+    pub xid: u32,
+    pub min_id: i64,
+}
+
+/// At PRE_PREPARE, before the transaction stops being its backend's: enters `xid` holding
+/// `min_id` (its slot's value) in a free entry. False when every entry is taken: purge the ended
+/// ones and try again, and if it is still full the PREPARE must fail rather than hold no entry.
+pub fn enter(table: &mut [Prepared], xid: u32, min_id: i64) -> bool {
+    match table.iter_mut().find(|e| e.xid == 0) {
+        Some(free) => {
+            *free = Prepared { xid, min_id };
+            true
+        }
+        None => false,
+    }
+}
+
+/// Frees the entries of the transactions in `ended`: committed or rolled back, and visible.
+/// Ending is final, so the caller may decide which ended outside the lock.
+pub fn purge(table: &mut [Prepared], ended: &[u32]) {
+    for e in table.iter_mut() {
+        if e.xid != 0 && ended.contains(&e.xid) {
+            *e = Prepared::default();
+        }
+    }
+}
+
+/// After a restart the table is empty, but transactions prepared before it survive and may hold
+/// IDs: enters every one in `prepared` (what `pg_prepared_xacts` lists) that the table does not
+/// know as holding `UNKNOWN`. False if one did not fit: the scan must run again, and until one
+/// has succeeded the horizon is below every ID (`read`'s `scanned`).
+pub fn enter_survivors(table: &mut [Prepared], prepared: &[u32]) -> bool {
+    for &xid in prepared {
+        if !table.iter().any(|e| e.xid == xid) && !enter(table, xid, UNKNOWN) {
+            return false;
+        }
+    }
+    true
+}
+
+/// The horizon, read under the generator's lock: from its position, what the holding slots hold
+/// and the prepared table. `scanned`: whether `enter_survivors` has succeeded since the last
+/// restart; until then nothing is known to have ended, and the horizon is below every ID.
+pub fn read(
+    position: i64,
+    scanned: bool,
+    slots: impl IntoIterator<Item = i64>,
+    table: &[Prepared],
+) -> i64 {
+    if !scanned {
+        return horizon(position, [UNKNOWN]);
+    }
+    let prepared = table.iter().filter(|e| e.xid != 0).map(|e| e.min_id);
+    horizon(position, slots.into_iter().chain(prepared))
+}
+
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
@@ -160,6 +223,41 @@ mod tests {
         assert_eq!(horizon(p, [UNKNOWN]), -1);
         assert_eq!(hold(EMPTY, 5), 5);
         assert_eq!(hold(5, 9), 5);
+    }
+
+    #[test]
+    fn prepared_transactions_hold_the_horizon_across_a_restart() {
+        let node = Node::new(1, 2).unwrap();
+        let p = position(1000, 7, node);
+        let mut table = [Prepared::default(); 2];
+        // Before the restart: a transaction prepared holding 500, another holding 300.
+        assert!(enter(&mut table, 10, 500));
+        assert!(enter(&mut table, 11, 300));
+        assert!(!enter(&mut table, 12, 200), "a full table takes no more");
+        assert_eq!(read(p, true, [EMPTY, 400], &table), 299);
+        purge(&mut table, &[11, 99]);
+        assert_eq!(read(p, true, [EMPTY], &table), 499);
+        assert!(enter(&mut table, 12, 200), "a purged entry is free again");
+        // After a restart the table is empty and nothing is known until the scan has run.
+        let mut table = [Prepared::default(); 2];
+        assert_eq!(read(p, false, [EMPTY], &table), -1);
+        assert!(enter_survivors(&mut table, &[10, 12]));
+        assert_eq!(
+            read(p, true, [EMPTY], &table),
+            -1,
+            "a survivor's IDs are unknown"
+        );
+        assert!(
+            enter_survivors(&mut table, &[10, 12]),
+            "a second scan enters nothing twice"
+        );
+        purge(&mut table, &[10]);
+        assert_eq!(read(p, true, [], &table), -1);
+        purge(&mut table, &[12]);
+        assert_eq!(read(p, true, [], &table), p);
+        // A survivor that does not fit fails the scan.
+        let mut table = [Prepared::default(); 1];
+        assert!(!enter_survivors(&mut table, &[10, 12]));
     }
 
     #[test]

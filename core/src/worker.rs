@@ -24,6 +24,8 @@
 //! 4. **A lease is written above everything known**: in one transaction the hand-over floor of
 //!    the pair ([`crate::fleet::handover_floor`]) and the mark are read and followed first, and the
 //!    mark is written as the greatest of the lease, the worker's own value and what is there.
+//!    A value the write finds that is not the one the look read was set by someone else in
+//!    between (a sequence is not transactional): it is followed as a floor too, before the grant.
 //! 5. **A lease is granted only once its transaction has committed** (flushed, and received by a
 //!    synchronous standby): [`Worker::renew_committed`] grants it, or holds it for the next
 //!    refresh (rule 7).
@@ -138,6 +140,8 @@ pub struct LeaseWrite {
     pub mark_unix_ms: i64,
     pub own_unix_ms: i64,
     pub epoch_ms: i64,
+    /// The mark as the look before the write read it.
+    pub looked_unix_ms: i64,
     /// The last ID of the lease, for this server's own claim (`lease_id` never goes down there).
     pub claim_lease_id: i64,
 }
@@ -482,6 +486,7 @@ impl Worker {
                 mark_unix_ms: self.epoch_ms + lease_ms as i64,
                 own_unix_ms: own,
                 epoch_ms: self.epoch_ms,
+                looked_unix_ms: mark_unix_ms,
                 claim_lease_id: assemble(lease_ms.min(MAX_TIMESTAMP), settings.node, MAX_SEQUENCE),
             });
         if write.is_none() && found.is_some_and(|f| !f.lowered) {
@@ -497,7 +502,8 @@ impl Worker {
     }
 
     /// The renewal's transaction committed (rule 5) at monotonic `now_ms`: the mark now holds
-    /// `written_unix_ms`, and this server's own claim was `claim_before` and is now
+    /// `written_unix_ms` (where the write found `found_unix_ms`), and this server's own claim
+    /// was `claim_before` and is now
     /// `claim_written` (its stamp). Grants the lease, unless this server's claim had not been
     /// written for so long that a peer may have taken it for gone (rule 7): then the lease is
     /// held until the next refresh has looked at the claims. Returns whether it was granted.
@@ -507,11 +513,17 @@ impl Worker {
         now_ms: u64,
         write: &LeaseWrite,
         written_unix_ms: i64,
+        found_unix_ms: i64,
         claim_before: Option<Claim>,
         claim_written: Option<Claim>,
         settings: &Settings,
         state: &mut State,
     ) -> bool {
+        if found_unix_ms != write.looked_unix_ms {
+            // Set by someone else after the look (rule 4): a floor, as at any look. (A lowered
+            // value is below the worker's own, which the write put back.)
+            state.raise_floor(restored_floor(found_unix_ms, None, self.epoch_ms));
+        }
         self.own_mark = written_unix_ms;
         self.recorded_epoch_ms = write.epoch_ms;
         let silent = self.claim_silent(now_ms, settings.claim_expiry_ms);
@@ -734,7 +746,16 @@ mod tests {
         assert_eq!(s.lease(), Some(0));
         assert!(plan.found.is_some_and(|f| !f.lowered));
         // No refresh has written the claim yet: the lease is held until one has looked.
-        assert!(!w.renew_committed(0, &write, EPOCH + 51_000, None, None, &settings(), &mut s));
+        assert!(!w.renew_committed(
+            0,
+            &write,
+            EPOCH + 51_000,
+            write.looked_unix_ms,
+            None,
+            None,
+            &settings(),
+            &mut s
+        ));
         assert_eq!(s.lease(), Some(0));
         w.refreshed(1, refreshed(vec![]), &settings(), &mut s);
         assert_eq!(s.lease(), Some(51_000));
@@ -743,6 +764,7 @@ mod tests {
             9_999,
             &write,
             EPOCH + 51_000,
+            write.looked_unix_ms,
             None,
             None,
             &settings(),
@@ -757,6 +779,7 @@ mod tests {
             20_000,
             &later,
             EPOCH + 60_000,
+            later.looked_unix_ms,
             None,
             None,
             &settings(),
@@ -766,6 +789,109 @@ mod tests {
         assert_eq!(s.lease(), Some(51_000));
         // The mark written is the worker's own now.
         assert_eq!(w.mark_read(EPOCH + 60_000, Some(EPOCH), &mut s).found, None);
+    }
+
+    /// A worker started on a mark at 1 s, its claims looked at, planning its first lease at 20 s.
+    fn first_lease_at_20s() -> (State, Worker, LeaseWrite) {
+        let mut s = State::awaiting_lease();
+        let (mut w, _) = Worker::start(EPOCH, &at(1_000, 0), node(2), &mut s);
+        w.paths_read(0, &[]);
+        w.refreshed(0, refreshed(vec![]), &settings(), &mut s);
+        let plan = w.renew_read(
+            EPOCH + 20_000,
+            None,
+            EPOCH + 1_000,
+            Some(EPOCH),
+            &settings(),
+            &mut s,
+        );
+        (s, w, plan.write.expect("a lease is needed"))
+    }
+
+    #[test]
+    fn a_mark_raised_between_the_look_and_the_write_is_a_floor() {
+        let (mut s, mut w, write) = first_lease_at_20s();
+        assert_eq!(write.lease_ms, 21_000);
+        // A DBA's setval landed after the look: the write kept the greater value, 25 s.
+        assert!(w.renew_committed(
+            1,
+            &write,
+            EPOCH + 25_000,
+            EPOCH + 25_000,
+            None,
+            None,
+            &settings(),
+            &mut s
+        ));
+        assert_eq!(s.last_ms(), 25_000, "every ID from now on is above it");
+        assert!(matches!(
+            s.next(20_001, node(2), 10_000),
+            Ok(Step::WaitLease { .. })
+        ));
+        // Lowered in between, yet above what was issued: a floor as well.
+        let (mut s, mut w, write) = first_lease_at_20s();
+        assert!(w.renew_committed(
+            1,
+            &write,
+            EPOCH + 21_000,
+            EPOCH + 1_000,
+            None,
+            None,
+            &settings(),
+            &mut s
+        ));
+        assert!(matches!(
+            s.next(20_100, node(2), 10_000),
+            Ok(Step::Issued(_))
+        ));
+        s.want_lease();
+        let plan = w.renew_read(
+            EPOCH + 20_900,
+            None,
+            EPOCH + 21_000,
+            Some(EPOCH),
+            &settings(),
+            &mut s,
+        );
+        let write = plan.write.expect("a lease is wanted");
+        assert!(w.renew_committed(
+            2,
+            &write,
+            EPOCH + 21_900,
+            EPOCH + 20_500,
+            None,
+            None,
+            &settings(),
+            &mut s
+        ));
+        assert_eq!(s.last_ms(), 20_500);
+        // Our own values written back are no floor.
+        let mut s = State::awaiting_lease();
+        let (mut w, _) = Worker::start(EPOCH, &at(30_000, 0), node(2), &mut s);
+        w.paths_read(0, &[]);
+        w.refreshed(0, refreshed(vec![]), &settings(), &mut s);
+        let write = w
+            .renew_read(
+                EPOCH + 20_000,
+                None,
+                EPOCH + 30_000,
+                Some(EPOCH),
+                &settings(),
+                &mut s,
+            )
+            .write
+            .expect("a lease is needed");
+        assert!(w.renew_committed(
+            1,
+            &write,
+            EPOCH + 31_000,
+            write.looked_unix_ms,
+            None,
+            None,
+            &settings(),
+            &mut s
+        ));
+        assert_eq!(s.last_ms(), 30_000);
     }
 
     #[test]

@@ -10,7 +10,11 @@
 //! * **no ID is issued twice** in the fleet, except where docs/operations.md "Guarantees and
 //!   their limits" and docs/multi-writer.md name the case (`Excuse`);
 //! * **every ID of a server is above every ID it issued before**, across crashes, restarts,
-//!   failovers and restores (a server's *lineage*);
+//!   failovers and restores (a server's *lineage*), and above every value of its mark that
+//!   someone else set and its worker has read (docs/operations.md: such a value is a floor);
+//! * **the read horizon never passes an ID whose transaction may still commit**: at every
+//!   `snowflake_horizon()`, no ID of a transaction still open or prepared is at or below it,
+//!   across crashes (prepared transactions survive them, the prepared table does not);
 //! * **liveness**: once every fault has ended and the fleet is set up as the docs say (distinct
 //!   pairs, paths applying, servers up), every server issues again within `RESUME_MS`.
 //!
@@ -18,13 +22,15 @@
 //! raise-mark recipe), the world applies it as written, and then no ID may repeat.
 //!
 //! What is not simulated yet (named so in the contributor's guide): physical copies running
-//! beside their original, relayed paths (`origin = any`), a claim that expires by silence
-//! without a retire, the epoch moved, the read horizon and prepared transactions.
+//! beside their original, relayed paths (`origin = any`), clock slews, the epoch moved.
 
 use rand_chacha::ChaCha8Rng;
 use rand_core::{RngCore, SeedableRng};
 use snowflake_core::fleet::{handover_floor, merge_left_pairs, Claim, LeftPair, PathReading};
 use snowflake_core::generator::{GenError, State, Step};
+use snowflake_core::horizon::{
+    enter, enter_survivors, hold, purge, read as read_horizon, Prepared, EMPTY,
+};
 use snowflake_core::layout::{assemble, decompose, Node, MAX_SEQUENCE};
 use snowflake_core::worker::{AtStart, GateEnd, Refreshed, Settings, Todo, Worker};
 use std::collections::{HashMap, HashSet, VecDeque};
@@ -51,8 +57,9 @@ const HISTORY: usize = 48;
 pub enum Ev {
     /// Real time advances by this many ms (every clock with it); replication delivers.
     Advance(u16),
-    /// A backend of the server calls `snowflake_nextval()`.
-    Call(u8),
+    /// A backend of the server calls `snowflake_nextval()` in its transaction (one begins if
+    /// none is open).
+    Call(u8, u8),
     /// The server's lease worker runs until it naps or waits for a commit.
     Tick(u8),
     /// The server's pending lease commit is flushed (and acknowledged).
@@ -84,6 +91,30 @@ pub enum Ev {
     Rewind(u8, u8),
     /// The server is retired by the mesh-retire recipe and never writes again.
     Retire(u8),
+    /// The backend's transaction ends: commits (0), aborts (1) or is prepared (2).
+    End(u8, u8, u8),
+    /// A prepared transaction of the server (by position) is committed or rolled back.
+    Finish(u8, u8),
+    /// `snowflake_horizon()` is read on the server (`snowflake_advance_horizon()` if true).
+    Horizon(u8, bool),
+    /// For this many ms, the server's (or, with `None`, every server's: a host paused) lease
+    /// worker stops (a lock in the lease database, a slow disk): it neither looks nor renews, and
+    /// its commits wait; with `true`, only its synchronous commits wait (a synchronous standby
+    /// unreachable): its lease commit, not its claim's refreshes, which are asynchronous.
+    Freeze(Option<u8>, u32, bool),
+}
+
+/// Backends per server, each with at most one open transaction.
+const BACKENDS: usize = 3;
+/// `max_prepared_transactions`: PostgreSQL refuses a PREPARE beyond it, and the prepared
+/// table has as many entries.
+const MAX_PREPARED: usize = 2;
+
+/// A backend's open transaction: the IDs it was issued and its holding slot.
+#[derive(Clone, Debug)]
+struct Txn {
+    ids: Vec<i64>,
+    slot: i64,
 }
 
 /// The fault rates of a schedule, drawn from its seed (swarm testing).
@@ -92,7 +123,7 @@ pub struct Knobs {
     pub servers: usize,
     pub events: usize,
     /// Weights of each kind of event, in `Ev`'s order.
-    pub weights: [u32; 16],
+    pub weights: [u32; 20],
     /// Replication lag of the claims paths, ms.
     pub lag_ms: u64,
     pub max_drift_ms: u64,
@@ -112,6 +143,19 @@ pub enum Violation {
     NotAbove { id: i64, server: usize, before: i64 },
     /// A server issued nothing for `RESUME_MS` after every fault ended.
     Stalled { server: usize, why: String },
+    /// A server's read horizon passed an ID whose transaction may still commit.
+    Horizon {
+        server: usize,
+        id: i64,
+        horizon: i64,
+    },
+    /// A server issued an ID at or below a value of its mark that its worker did not write and
+    /// had read (docs/operations.md: such a value is a floor for every ID after it).
+    BelowMark {
+        id: i64,
+        server: usize,
+        floor_ms: i64,
+    },
 }
 
 impl Violation {
@@ -121,6 +165,8 @@ impl Violation {
             Violation::Duplicate { .. } => 0,
             Violation::NotAbove { .. } => 1,
             Violation::Stalled { .. } => 2,
+            Violation::Horizon { .. } => 3,
+            Violation::BelowMark { .. } => 4,
         }
     }
 }
@@ -143,6 +189,24 @@ impl fmt::Display for Violation {
                 f,
                 "server {server} issued nothing in the last {} s of a calm tail: {why}",
                 RESUME_MS / 1000
+            ),
+            Violation::Horizon {
+                server,
+                id,
+                horizon,
+            } => write!(
+                f,
+                "server {server}'s horizon {horizon} passes {id} ({}), held by a transaction that may still commit",
+                show(*id)
+            ),
+            Violation::BelowMark {
+                id,
+                server,
+                floor_ms,
+            } => write!(
+                f,
+                "server {server} issued {id} ({}), not above ms {floor_ms} of a mark its worker read and did not write",
+                show(*id)
             ),
         }
     }
@@ -241,6 +305,23 @@ struct Server {
     unproven_start: bool,
     /// The claims as its fleet check last read them.
     looked_at: Vec<Claim>,
+    /// Its backends' open transactions (lost in a crash).
+    txns: Vec<Option<Txn>>,
+    /// Its prepared transactions, by XID, with their IDs (they survive a crash).
+    prepared: Vec<(u32, Vec<i64>)>,
+    /// The horizon's prepared table and whether the survivors were entered since the start
+    /// (shared memory).
+    ptable: Vec<Prepared>,
+    scanned: bool,
+    /// The mark as its worker last wrote or read it: any other value there was set by someone
+    /// else.
+    mark_seen: i64,
+    /// The highest such value its worker read (ms since the epoch): every later ID is above it.
+    mark_floor_ms: i64,
+    /// The lease worker is stopped until then.
+    frozen_until: u64,
+    /// Its lease commits wait until then.
+    commits_wait_until: u64,
 }
 
 impl Server {
@@ -258,6 +339,21 @@ impl Server {
     fn node(&self) -> Node {
         let (dc, w) = PAIRS[self.pair];
         Node::new(dc, w).expect("a valid pair")
+    }
+
+    /// Its worker reads the mark (at start, at a refresh, at a lease): a value someone else set
+    /// is a floor from then on.
+    fn read_mark(&mut self) {
+        if self.db.mark != self.mark_seen {
+            self.mark_floor_ms = self.mark_floor_ms.max(self.db.mark - EPOCH);
+            self.mark_seen = self.db.mark;
+        }
+    }
+
+    /// Its worker writes its mark.
+    fn write_mark(&mut self, mark: i64) {
+        self.db.mark = mark;
+        self.mark_seen = mark;
     }
 }
 
@@ -285,6 +381,7 @@ pub struct World {
     misinformed: HashSet<(usize, usize)>,
     version: i64,
     pids: i32,
+    xids: u32,
     /// Steps taken (for the rate).
     pub steps: u64,
     pub ids: u64,
@@ -321,6 +418,14 @@ impl World {
                 pair_since: 0,
                 unproven_start: false,
                 looked_at: Vec::new(),
+                txns: vec![None; BACKENDS],
+                prepared: Vec::new(),
+                ptable: vec![Prepared::default(); MAX_PREPARED],
+                scanned: false,
+                mark_seen: 0,
+                mark_floor_ms: 0,
+                frozen_until: 0,
+                commits_wait_until: 0,
             });
         }
         let paths = (0..n)
@@ -351,6 +456,7 @@ impl World {
             misinformed: HashSet::new(),
             version: 1,
             pids: 10_000,
+            xids: 1_000,
             steps: 0,
             ids: 0,
         };
@@ -468,6 +574,9 @@ impl World {
         s.floor_due = None;
         s.unproven_start = false;
         s.shm = State::awaiting_lease();
+        s.ptable = vec![Prepared::default(); MAX_PREPARED];
+        s.scanned = false;
+        s.read_mark();
         let at = AtStart {
             mark_unix_ms: s.db.mark,
             recorded_epoch_ms: s.db.mark_epoch,
@@ -493,6 +602,7 @@ impl World {
         s.up = false;
         s.worker = None;
         s.pending = None;
+        s.txns = vec![None; BACKENDS];
         if s.lowered_unseen {
             // The docs' limit: the mark and the claim lowered together, and a restart before
             // the worker looked. The next life may repeat this one's IDs.
@@ -505,6 +615,8 @@ impl World {
             self.tainted.extend(self.servers[i].lives.iter().copied());
             self.servers[i].lives.push(new);
             self.servers[i].lowered_unseen = false;
+            // Floors read from the mark before are lost with it (the same limit).
+            self.servers[i].mark_floor_ms = 0;
         }
     }
 
@@ -573,6 +685,14 @@ impl World {
         let s = &mut self.servers[i];
         s.blind_since_refresh |= now_blind;
         let blind = now_blind || s.blind_since_refresh || s.lease_blind;
+        let floor_ms = s.mark_floor_ms;
+        if decompose(id).is_ok_and(|p| p.ms as i64 <= floor_ms) {
+            return Err(Violation::BelowMark {
+                id,
+                server: i,
+                floor_ms,
+            });
+        }
         let before = self.lineage_max[lineage];
         if id <= before {
             return Err(Violation::NotAbove {
@@ -615,7 +735,7 @@ impl World {
         Ok(())
     }
 
-    fn call(&mut self, i: usize) -> Result<(), Violation> {
+    fn call(&mut self, i: usize, b: usize) -> Result<(), Violation> {
         let s = &mut self.servers[i];
         if !s.up || s.retired || s.floor_due.is_some() {
             return Ok(());
@@ -623,7 +743,16 @@ impl World {
         let now = T0 + self.t as i64 + s.offset_ms - EPOCH;
         let node = s.node();
         match s.shm.next(now, node, s.drift_ms) {
-            Ok(Step::Issued(id)) => self.record(i, id),
+            Ok(Step::Issued(id)) => {
+                // In the critical section that issued it: the slot holds it.
+                let txn = s.txns[b].get_or_insert(Txn {
+                    ids: Vec::new(),
+                    slot: EMPTY,
+                });
+                txn.slot = hold(txn.slot, id);
+                txn.ids.push(id);
+                self.record(i, id)
+            }
             Ok(Step::WaitLease { .. }) => {
                 s.nap_until = self.t;
                 s.last_refusal = "waits for a lease".into();
@@ -647,7 +776,7 @@ impl World {
     fn tick(&mut self, i: usize) {
         {
             let s = &self.servers[i];
-            if !s.up || s.pending.is_some() || s.worker.is_none() {
+            if !s.up || s.pending.is_some() || s.worker.is_none() || self.t < s.frozen_until {
                 return;
             }
             if self.t < s.nap_until && !s.shm.lease_wanted() {
@@ -689,6 +818,7 @@ impl World {
                     // here (see `misinformed`) leaves it low for this lease.
                     let blind = self.blind(i) || self.misinformed.iter().any(|&(at, _)| at == i);
                     let s = &mut self.servers[i];
+                    s.read_mark();
                     let w = s.worker.as_mut().expect("a worker");
                     s.lease_blind = blind;
                     let handover = {
@@ -715,13 +845,15 @@ impl World {
     fn refresh(&mut self, i: usize, mono: u64, wall: i64, settings: &Settings) {
         // The look at the mark, in its own transaction.
         let s = &mut self.servers[i];
+        s.read_mark();
         let w = s.worker.as_mut().expect("a worker");
         let check = w.mark_read(s.db.mark, s.db.mark_epoch, &mut s.shm);
         if check.found.is_some() {
             s.lowered_unseen = false;
         }
         if let Some(own) = check.write_back {
-            s.db.mark = s.db.mark.max(own);
+            let m = s.db.mark.max(own);
+            s.write_mark(m);
             self.commit(i, false);
         }
         // The claim's refresh.
@@ -773,11 +905,18 @@ impl World {
         let Some(Pending { write }) = self.servers[i].pending else {
             return;
         };
+        let s = &self.servers[i];
+        if self.t < s.frozen_until.max(s.commits_wait_until) {
+            return;
+        }
         let mono = self.mono(i);
         let version = self.next_version();
         let s = &mut self.servers[i];
-        let written = write.mark_unix_ms.max(write.own_unix_ms).max(s.db.mark);
-        s.db.mark = written;
+        // The write's statement reads the mark it raises.
+        s.read_mark();
+        let found = s.db.mark;
+        let written = write.mark_unix_ms.max(write.own_unix_ms).max(found);
+        s.write_mark(written);
         s.db.mark_epoch = Some(write.epoch_ms);
         let sysid = s.sysid;
         let before = s.db.row(sysid).cloned();
@@ -807,11 +946,82 @@ impl World {
             mono,
             &write,
             written,
+            found,
             before.map(|r| r.claim),
             stamp.map(|r| r.claim),
             &settings,
             &mut s.shm,
         );
+    }
+
+    /// The backend's transaction ends: committed, aborted or prepared, as the glue's transaction
+    /// callback does it (PRE_PREPARE enters it in the prepared table, then the slot is cleared).
+    fn end(&mut self, i: usize, b: usize, how: u8) {
+        let s = &mut self.servers[i];
+        if !s.up {
+            return;
+        }
+        let Some(txn) = s.txns[b].take() else {
+            return;
+        };
+        if how % 3 != 2 || txn.ids.is_empty() || s.prepared.len() >= MAX_PREPARED {
+            // Committed, aborted, or its PREPARE refused by PostgreSQL (aborted).
+            return;
+        }
+        self.xids += 1;
+        let xid = self.xids;
+        let s = &mut self.servers[i];
+        let mut entered = enter(&mut s.ptable, xid, txn.slot);
+        if !entered {
+            let ended = ended_xids(&s.ptable, &s.prepared);
+            purge(&mut s.ptable, &ended);
+            entered = enter(&mut s.ptable, xid, txn.slot);
+        }
+        if entered {
+            s.prepared.push((xid, txn.ids));
+        }
+    }
+
+    /// `snowflake_horizon()` on server `i`, as the glue reads it: the survivors of the last
+    /// restart entered first, ended entries purged, then the horizon under the lock. No ID of a
+    /// transaction still open or prepared may be at or below it.
+    fn horizon(&mut self, i: usize, advance: bool) -> Result<(), Violation> {
+        let now = self.wall(i) - EPOCH;
+        let s = &mut self.servers[i];
+        if !s.up {
+            return Ok(());
+        }
+        if !s.scanned {
+            let ended = ended_xids(&s.ptable, &s.prepared);
+            purge(&mut s.ptable, &ended);
+            let survivors: Vec<u32> = s.prepared.iter().map(|p| p.0).collect();
+            s.scanned = enter_survivors(&mut s.ptable, &survivors);
+        }
+        let h = if s.scanned {
+            let ended = ended_xids(&s.ptable, &s.prepared);
+            purge(&mut s.ptable, &ended);
+            if advance {
+                s.shm.advance_idle(now);
+            }
+            let slots = s.txns.iter().map(|t| t.as_ref().map_or(EMPTY, |t| t.slot));
+            read_horizon(s.shm.position(s.node()), true, slots, &s.ptable)
+        } else {
+            read_horizon(i64::MAX, false, [], &[])
+        };
+        let held = s
+            .txns
+            .iter()
+            .flatten()
+            .flat_map(|t| t.ids.iter())
+            .chain(s.prepared.iter().flat_map(|p| p.1.iter()));
+        if let Some(&id) = held.filter(|&&id| id <= h).min() {
+            return Err(Violation::Horizon {
+                server: i,
+                id,
+                horizon: h,
+            });
+        }
+        Ok(())
     }
 
     /// The docs' remedy after a failover or recovery that lacked the last lease, on server `i`:
@@ -867,7 +1077,28 @@ impl World {
                 self.t += u64::from(ms);
                 self.deliver();
             }
-            Ev::Call(i) => self.call(at(i))?,
+            Ev::Call(i, b) => self.call(at(i), b as usize % BACKENDS)?,
+            Ev::End(i, b, how) => self.end(at(i), b as usize % BACKENDS, how),
+            Ev::Finish(i, k) => {
+                let s = &mut self.servers[at(i)];
+                if s.up && !s.prepared.is_empty() {
+                    let k = k as usize % s.prepared.len();
+                    s.prepared.remove(k);
+                }
+            }
+            Ev::Horizon(i, advance) => self.horizon(at(i), advance)?,
+            Ev::Freeze(who, ms, commits_only) => {
+                let until = self.t + u64::from(ms);
+                for (k, s) in self.servers.iter_mut().enumerate() {
+                    if who.is_none_or(|i| at(i) == k) {
+                        if commits_only {
+                            s.commits_wait_until = s.commits_wait_until.max(until);
+                        } else {
+                            s.frozen_until = s.frozen_until.max(until);
+                        }
+                    }
+                }
+            }
             Ev::Tick(i) => self.tick(at(i)),
             Ev::Flush(i) => self.flush(at(i)),
             Ev::Step(i, d) => {
@@ -999,6 +1230,12 @@ impl World {
                 }
                 s.db = db;
                 s.history.clear();
+                // The old server's floors are the remedy's; a recovery to an earlier point has
+                // the transactions prepared then, which this world does not keep.
+                s.mark_floor_ms = 0;
+                if back > 0 {
+                    s.prepared.clear();
+                }
                 self.start(i);
             }
             Ev::Retire(i) => {
@@ -1038,6 +1275,7 @@ impl World {
                 }
                 self.crash(i);
                 self.servers[i].retired = true;
+                self.servers[i].prepared.clear();
             }
         }
         Ok(())
@@ -1047,6 +1285,10 @@ impl World {
     /// must issue again within `RESUME_MS`.
     pub fn tail(&mut self) -> Result<(), Violation> {
         let n = self.servers.len();
+        for s in self.servers.iter_mut() {
+            s.frozen_until = 0;
+            s.commits_wait_until = 0;
+        }
         for a in 0..n {
             for b in 0..n {
                 self.step(Ev::Heal(a as u8, b as u8))?;
@@ -1081,7 +1323,8 @@ impl World {
                 s.offset_ms += target - wall_ms;
                 self.tick(i);
                 self.flush(i);
-                self.call(i)?;
+                self.call(i, 0)?;
+                self.end(i, 0, 0);
             }
             self.step(Ev::Advance(10))?;
         }
@@ -1108,6 +1351,15 @@ impl World {
         }
         Ok(())
     }
+}
+
+/// The entries of `table` whose transactions are no longer prepared (committed or rolled back).
+fn ended_xids(table: &[Prepared], prepared: &[(u32, Vec<i64>)]) -> Vec<u32> {
+    table
+        .iter()
+        .map(|e| e.xid)
+        .filter(|&x| x != 0 && !prepared.iter().any(|p| p.0 == x))
+        .collect()
 }
 
 /// The pairs the claims of `db` left.
@@ -1145,7 +1397,7 @@ pub fn schedule(seed: u64) -> (Knobs, Vec<Ev>) {
     let mut r = Prng::new(seed);
     let servers = 2 + r.below(3) as usize;
     // Swarm testing: each fault kind is present or absent, and frequent or rare, by the seed.
-    let mut weights = [0u32; 16];
+    let mut weights = [0u32; 20];
     let base = [300, 300, 200, 150]; // advance, call, tick, flush
     for (w, b) in weights.iter_mut().zip(base) {
         *w = b;
@@ -1178,7 +1430,7 @@ pub fn schedule(seed: u64) -> (Knobs, Vec<Ev>) {
         }
         let ev = match kind {
             0 => Ev::Advance([1, 3, 10, 50, 400, 3_000][r.below(6) as usize]),
-            1 => Ev::Call(srv(&mut r)),
+            1 => Ev::Call(srv(&mut r), r.below(BACKENDS as u64) as u8),
             2 => Ev::Tick(srv(&mut r)),
             3 => Ev::Flush(srv(&mut r)),
             4 => {
@@ -1199,7 +1451,19 @@ pub fn schedule(seed: u64) -> (Knobs, Vec<Ev>) {
             }
             13 => Ev::CopyDump(srv(&mut r), srv(&mut r)),
             14 => Ev::Rewind(srv(&mut r), [0, 1, 3, 20][r.below(4) as usize]),
-            _ => Ev::Retire(srv(&mut r)),
+            15 => Ev::Retire(srv(&mut r)),
+            16 => Ev::End(
+                srv(&mut r),
+                r.below(BACKENDS as u64) as u8,
+                r.below(3) as u8,
+            ),
+            17 => Ev::Finish(srv(&mut r), r.below(MAX_PREPARED as u64) as u8),
+            18 => Ev::Horizon(srv(&mut r), r.chance(500)),
+            _ => Ev::Freeze(
+                (!r.chance(300)).then(|| srv(&mut r)),
+                [300, 3_000, 20_000, 60_000][r.below(4) as usize],
+                r.chance(500),
+            ),
         };
         events.push(ev);
     }
@@ -1306,10 +1570,10 @@ mod tests {
     fn a_crash_with_the_clock_set_back_repeats_nothing() {
         let knobs = schedule(1).0;
         let mut events = vec![Ev::Advance(10); 50];
-        events.extend([Ev::Tick(0), Ev::Call(0), Ev::Advance(400), Ev::Tick(0)]);
-        events.extend([Ev::Flush(0), Ev::Tick(0), Ev::Call(0), Ev::Call(0)]);
+        events.extend([Ev::Tick(0), Ev::Call(0, 0), Ev::Advance(400), Ev::Tick(0)]);
+        events.extend([Ev::Flush(0), Ev::Tick(0), Ev::Call(0, 0), Ev::Call(0, 0)]);
         events.extend([Ev::Step(0, -5_000), Ev::Crash(0), Ev::Start(0)]);
-        events.extend([Ev::Tick(0), Ev::Call(0)]);
+        events.extend([Ev::Tick(0), Ev::Call(0, 0)]);
         let (result, _, _) = run(knobs, &events);
         // The real protocol holds: the restart starts above the persisted lease.
         assert!(result.is_ok(), "{result:?}");
