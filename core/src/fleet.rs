@@ -323,9 +323,10 @@ pub struct PathReading {
     /// on 14).
     pub errors: Option<i64>,
     /// The state of `_snowflake.claims` in this subscription (`pg_subscription_rel.srsubstate`):
-    /// `'r'` once its copy is done. Until then the apply worker skips its changes, however well
-    /// it runs (and a copy that keeps failing leaves it so). `'?'` when the subscription lists no
-    /// table at all here, so that it may carry the claims unseen.
+    /// `'s'` once its copy is done and `'r'` once the apply worker has taken the table over (see
+    /// [`copied`]). Until then the apply worker skips its changes, however well it runs (and a
+    /// copy that keeps failing leaves it so). `'?'` when the subscription lists no table at all
+    /// here, so that it may carry the claims unseen.
     pub table_state: char,
     /// The publisher's end of WAL as its last keepalive reported it
     /// (`pg_stat_subscription.latest_end_lsn`), if any: a keepalive comes after everything the
@@ -335,6 +336,15 @@ pub struct PathReading {
     /// later; always so before 16): claims its publisher received from a third server would
     /// arrive relayed, proven only as far as that publisher.
     pub relays: bool,
+}
+
+/// Whether a subscription's copy of the claims is done (`PathReading::table_state`): `'r'`
+/// (ready), or `'s'` (the copy finished, and the apply worker applies the table's changes from
+/// the copy's end on; it marks it `'r'` at the first change it applies past that point). A
+/// server stopped right after a copy starts again in `'s'`, and stays so until its apply worker
+/// has caught up: a path like any other, not a copy still under way.
+pub fn copied(table_state: char) -> bool {
+    matches!(table_state, 'r' | 's')
 }
 
 /// How long the lease worker waits at start for every claims path to bring the claims up to date
@@ -369,11 +379,11 @@ impl CatchUp {
         let mut all = true;
         for r in readings {
             let pos = self.first.iter().position(|f| f.0 == r.subscription);
-            let applying = r.enabled && r.apply_pid.is_some() && r.table_state == 'r';
+            let applying = r.enabled && r.apply_pid.is_some() && copied(r.table_state);
             // A path disabled, or whose copy of the claims is not ready, at the first reading
             // cannot catch up soon: it is the path watch's business (no claim expires while it
             // does not apply), not a reason to hold the start.
-            let hopeless = !r.enabled || r.table_state != 'r';
+            let hopeless = !r.enabled || !copied(r.table_state);
             let i = pos.unwrap_or_else(|| {
                 self.first
                     .push((r.subscription.clone(), r.end_lsn, hopeless));
@@ -387,11 +397,6 @@ impl CatchUp {
         }
         self.done = all;
         all
-    }
-
-    /// Whether every path has caught up (sticky).
-    pub fn done(&self) -> bool {
-        self.done
     }
 
     /// The paths that have not caught up yet, for messages.
@@ -479,7 +484,7 @@ impl PathWatch {
                 Some("it is disabled".to_string())
             } else if r.table_state == '?' {
                 Some("it lists no tables in pg_subscription_rel (as after pg_upgrade, or when made with connect = false), so whether it brings _snowflake.claims is unknown: ALTER SUBSCRIPTION ... REFRESH PUBLICATION WITH (copy_data = false)".to_string())
-            } else if r.table_state != 'r' {
+            } else if !copied(r.table_state) {
                 Some(format!(
                     "its copy of _snowflake.claims is not ready (state '{}' in pg_subscription_rel)",
                     r.table_state
@@ -689,6 +694,8 @@ mod tests {
         // Our worker stalled for a minute; the peer's did too, and it has not written since.
         l.observe(60_000, &[claim(7, 1, 5, 1)]);
         assert!(l.live(&claim(7, 1, 5, 1), 60_000, MIN_EXPIRY_MS));
+        // Asked a refresh later, before looking again: the time since counts.
+        assert!(!l.live(&claim(7, 1, 5, 1), 60_000 + REFRESH_MS, MIN_EXPIRY_MS));
         l.observe(60_000 + REFRESH_MS, &[claim(7, 1, 5, 1)]);
         assert!(!l.live(&claim(7, 1, 5, 1), 60_000 + REFRESH_MS, MIN_EXPIRY_MS));
     }
@@ -811,8 +818,16 @@ mod tests {
         };
         let left = left_pairs_after(&left, Some(&on5_again), node(6));
         assert_eq!(left, vec![last(9_500, 6), last(12_000, 5)]);
-        // A refresh on the same pair adds nothing.
+        // A refresh on the same pair adds nothing, nor does a move before any lease.
         assert_eq!(left_pairs_after(&left, Some(&on6), node(6)), left);
+        assert_eq!(left_pairs_after(&[], Some(&on5), node(5)), vec![]);
+        let unleased = Claim { lease_id: 0, ..on5 };
+        assert_eq!(left_pairs_after(&[], Some(&unleased), node(6)), vec![]);
+        // Two lists merged: one entry per pair, the highest.
+        assert_eq!(
+            merge_left_pairs(&[last(9_000, 5)], &[last(12_000, 5), last(100, 6)]),
+            vec![last(100, 6), last(12_000, 5)]
+        );
         let lefts: Vec<LeftPair> = left
             .iter()
             .map(|&last_id| LeftPair {
@@ -827,6 +842,8 @@ mod tests {
             Some(last(12_000, 5))
         );
         assert_eq!(handover_floor(42, 1, 7, &[], &lefts), None);
+        // A claim on the pair that never held a lease is no floor.
+        assert_eq!(handover_floor(42, 1, 6, &[claim(8, 1, 6, 1)], &[]), None);
         assert_eq!(
             handover_floor(7, 1, 5, &[], &lefts),
             None,
@@ -986,6 +1003,23 @@ mod tests {
         let mut c = CatchUp::default();
         assert!(!c.observe(&[at(None, Some(7))]));
         assert!(c.observe(&[at(Some(50), Some(7))]));
+        // A server stopped right after the claims were copied starts in 's' (the copy done,
+        // the apply worker not yet past it), its publisher down: it waits like any other path.
+        let synced = |end: Option<i64>, pid: Option<i32>| PathReading {
+            table_state: 's',
+            ..at(end, pid)
+        };
+        let mut c = CatchUp::default();
+        assert!(!c.observe(&[synced(None, Some(7))]));
+        assert!(!c.observe(&[synced(None, None)]));
+        assert!(c.observe(&[synced(Some(60), Some(8))]));
+        // And the fleet check takes it for a copied table.
+        let mut w = PathWatch::default();
+        w.observe(0, vec![synced(Some(1), Some(7))]);
+        assert_eq!(
+            w.observe(REFRESH_MS, vec![synced(Some(2), Some(7))]),
+            vec![]
+        );
     }
 
     #[test]

@@ -26,7 +26,9 @@
 
 use rand_chacha::ChaCha8Rng;
 use rand_core::{RngCore, SeedableRng};
-use snowflake_core::fleet::{handover_floor, merge_left_pairs, Claim, LeftPair, PathReading};
+use snowflake_core::fleet::{
+    handover_floor, merge_left_pairs, Claim, LeftPair, PathReading, REFRESH_MS,
+};
 use snowflake_core::generator::{GenError, State, Step};
 use snowflake_core::horizon::{
     enter, enter_survivors, hold, purge, read as read_horizon, Prepared, EMPTY,
@@ -322,6 +324,12 @@ struct Server {
     frozen_until: u64,
     /// Its lease commits wait until then.
     commits_wait_until: u64,
+    /// When its own claim was last written (a refresh, or a lease's stamp).
+    claim_written_t: u64,
+    /// Set when a lease was committed after its claim had gone unwritten for the expiry less a
+    /// refresh, until the next refresh: the lease it had before. Blindness excuses no ID above
+    /// it meanwhile (the docs: such a lease waits for the refresh).
+    silent_grant_above: Option<u64>,
 }
 
 impl Server {
@@ -426,6 +434,8 @@ impl World {
                 mark_floor_ms: 0,
                 frozen_until: 0,
                 commits_wait_until: 0,
+                claim_written_t: 0,
+                silent_grant_above: None,
             });
         }
         let paths = (0..n)
@@ -684,7 +694,10 @@ impl World {
         let now_blind = self.blind(i);
         let s = &mut self.servers[i];
         s.blind_since_refresh |= now_blind;
-        let blind = now_blind || s.blind_since_refresh || s.lease_blind;
+        let above_silent_grant = s
+            .silent_grant_above
+            .is_some_and(|above| decompose(id).is_ok_and(|p| p.ms > above));
+        let blind = (now_blind || s.blind_since_refresh || s.lease_blind) && !above_silent_grant;
         let floor_ms = s.mark_floor_ms;
         if decompose(id).is_ok_and(|p| p.ms as i64 <= floor_ms) {
             return Err(Violation::BelowMark {
@@ -886,6 +899,8 @@ impl World {
             s.pair_since = self.t;
         }
         s.db.put(row);
+        s.claim_written_t = self.t;
+        s.silent_grant_above = None;
         self.commit(i, true);
         let read = Refreshed {
             own_before: own.map(|r| r.claim),
@@ -937,8 +952,15 @@ impl World {
             }
             s.db.put(row);
         }
-        self.commit(i, stamp.is_some());
         let settings = self.settings(i);
+        let s = &mut self.servers[i];
+        if stamp.is_some() {
+            if self.t - s.claim_written_t >= settings.claim_expiry_ms - REFRESH_MS {
+                s.silent_grant_above = s.shm.lease();
+            }
+            s.claim_written_t = self.t;
+        }
+        self.commit(i, stamp.is_some());
         let s = &mut self.servers[i];
         s.pending = None;
         let w = s.worker.as_mut().expect("a worker");
