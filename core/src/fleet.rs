@@ -517,7 +517,9 @@ impl PathWatch {
                 });
             }
             let was_broken = prev.is_some_and(|p| p.broken);
-            let broken = !r.enabled || new_errors || bad >= 2 || (was_broken && bad > 0);
+            // A broken path has had a bad reading (every cause of breaking gives a reason), so it
+            // stays broken while its readings stay bad.
+            let broken = !r.enabled || new_errors || bad >= 2;
             match (was_broken, broken) {
                 (false, true) => events.push(PathEvent::Broke {
                     subscription: r.subscription.clone(),

@@ -155,12 +155,6 @@ impl State {
         self.last_ms
     }
 
-    /// Sequence of the last ID issued (`MAX_SEQUENCE`: nothing left in `last_ms`).
-    #[inline]
-    pub fn last_seq(&self) -> u32 {
-        self.last_seq
-    }
-
     /// The highest timestamp IDs may carry until the lease is renewed, or `None` when this state
     /// needs no lease.
     pub fn lease(&self) -> Option<u64> {
@@ -185,9 +179,10 @@ impl State {
         self.lease_wanted
     }
 
-    /// Whether anything was issued, or a floor set, since the state was made.
+    /// Whether anything was issued, or a floor set, since the state was made. (An ID's
+    /// timestamp is at least 1: a first call at the epoch's millisecond 0 borrows the next.)
     pub fn issued_any(&self) -> bool {
-        self.stats.issued > 0 || self.last_ms > 0
+        self.last_ms > 0
     }
 
     /// The counters.
@@ -608,6 +603,88 @@ mod tests {
     #[test]
     fn first_sequence_stays_in_the_spread() {
         assert!((0..100_000u64).all(|ms| first_sequence(ms) < SEQUENCE_SPREAD));
+        // SplitMix64's finaliser, as documented (values from an independent implementation),
+        // so consecutive milliseconds start far apart.
+        let got = [0, 1, 2, 1000, 511_165_026_343].map(first_sequence);
+        assert_eq!(got, [431, 193, 718, 328, 586]);
+        let distinct: std::collections::HashSet<u32> = (0..4096u64).map(first_sequence).collect();
+        assert!(distinct.len() > 900, "{}", distinct.len());
+        assert_eq!(MIN_IDS_PER_MS, 4096 - SEQUENCE_SPREAD);
+    }
+
+    /// Each outcome of one attempt, with the counter it moves: the drift bound is inclusive, a
+    /// borrowed millisecond starts at its own spread sequence, and the waits say until when.
+    #[test]
+    fn each_outcome_of_an_attempt_is_exact() {
+        let at = |s: &mut State, now: i64, drift: u64| s.next(now, node(), drift);
+        // A borrowed millisecond: its own first sequence, counted as borrowed.
+        let mut s = State::new();
+        s.raise_floor(1_000);
+        let p = decompose(issued(&mut s, 1_000, 10)).unwrap();
+        assert_eq!((p.ms, p.sequence), (1_001, first_sequence(1_001)));
+        assert_ne!(first_sequence(1_001), first_sequence(1_000));
+        assert_eq!(s.stats().borrowed_ms, 1);
+        // Ahead of the clock by exactly the drift: issued; by one more: a wait, until the clock
+        // is within the drift again.
+        let mut s = State::new();
+        s.raise_floor(1_005);
+        assert!(matches!(at(&mut s, 1_000, 6), Ok(Step::Issued(_))));
+        let mut s = State::new();
+        s.raise_floor(1_005);
+        assert_eq!(
+            at(&mut s, 1_000, 5),
+            Ok(Step::WaitClock { until_ms: 1_001 })
+        );
+        assert_eq!((s.stats().waits, s.stats().errors), (1, 0));
+        // Behind by more than the drift: an error, counted (at the epoch's own millisecond too:
+        // behind, not before the epoch).
+        for (floor, now, behind) in [(1_010, 1_000, 10), (100, 0, 100)] {
+            let mut s = State::new();
+            s.raise_floor(floor);
+            let err = GenError::ClockBehind {
+                behind_ms: behind,
+                max_drift_ms: 5,
+            };
+            assert_eq!(at(&mut s, now, 5), Err(err));
+            assert_eq!((s.stats().waits, s.stats().errors), (0, 1));
+        }
+        // Before the epoch, and past the last timestamp: errors, counted.
+        let mut s = State::new();
+        assert_eq!(
+            at(&mut s, -5, 1),
+            Err(GenError::BeforeEpoch { before_ms: 5 })
+        );
+        assert_eq!(s.stats().errors, 1);
+        let mut s = State::new();
+        s.raise_floor(MAX_TIMESTAMP);
+        assert_eq!(
+            at(&mut s, MAX_TIMESTAMP as i64, 10),
+            Err(GenError::TimestampExhausted)
+        );
+        assert_eq!(s.stats().errors, 1);
+        // Beyond the lease: a wait for it, however far.
+        let mut s = State::awaiting_lease();
+        s.grant_lease(100);
+        assert_eq!(at(&mut s, 150, 10), Ok(Step::WaitLease { needed_ms: 150 }));
+        assert!(s.lease_wanted());
+    }
+
+    /// What the lease worker and the status functions read of a state.
+    #[test]
+    fn a_state_says_what_it_may_have_issued() {
+        let mut s = State::awaiting_lease();
+        assert!(!s.issued_any());
+        assert_eq!(s.highest_possible_ms(), 0);
+        s.raise_floor(5_000);
+        assert!(s.issued_any(), "a floor counts");
+        assert_eq!(s.highest_possible_ms(), 5_000);
+        s.grant_lease(9_000);
+        assert_eq!(s.highest_possible_ms(), 9_000);
+        let mut s = State::awaiting_lease();
+        s.grant_lease(9_000);
+        assert!(!s.issued_any());
+        issued(&mut s, 10, 0);
+        assert!(s.issued_any(), "an ID counts");
     }
 
     #[derive(Debug, Clone)]

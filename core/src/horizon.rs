@@ -9,7 +9,8 @@
 //!
 //! How it is kept exact (the glue's horizon module holds the pieces; this module decides):
 //! - every ID is issued under the generator's lock, and future IDs are all greater than the
-//!   generator's position ([`crate::generator::State::last_ms`] and [`crate::generator::State::last_seq`]);
+//!   generator's position ([`crate::generator::State::position`]: its last ID, or the end of
+//!   its floor's millisecond);
 //! - in the same critical section that issues an ID, the ID is recorded in the *holding slot* of
 //!   the transaction it was issued to, if the slot is empty (IDs increase, so the first one is the
 //!   transaction's smallest). A parallel worker records into its leader's slot: its IDs belong to
@@ -225,6 +226,20 @@ mod tests {
         assert_eq!(hold(5, 9), 5);
     }
 
+    /// The slot's own protocol, one thread (its interleavings are `make loom`'s).
+    #[test]
+    fn a_slot_keeps_the_smallest_id_until_cleared() {
+        let slot = Slot::empty();
+        assert_eq!((slot.own(), slot.held()), (EMPTY, EMPTY));
+        slot.hold(500);
+        slot.hold(700);
+        assert_eq!((slot.own(), slot.held()), (500, 500));
+        slot.hold(300);
+        assert_eq!(slot.held(), 300);
+        slot.clear();
+        assert_eq!((slot.own(), slot.held()), (EMPTY, EMPTY));
+    }
+
     #[test]
     fn prepared_transactions_hold_the_horizon_across_a_restart() {
         let node = Node::new(1, 2).unwrap();
@@ -271,13 +286,27 @@ mod tests {
             "not past the lease"
         );
         assert_eq!(advance(1000, 700, 700), (None, true));
+        assert_eq!(
+            advance(1000, 999, 999),
+            (None, false),
+            "a lease at the target suffices"
+        );
         assert_eq!(advance(0, 0, 0), (None, false), "a clock before the epoch");
+        // The state's own: raised, and a lease asked for when the lease is short.
+        let mut s = State::awaiting_lease();
+        s.grant_lease(700);
+        assert!(s.advance_idle(1000));
+        assert_eq!(s.last_ms(), 700);
+        assert!(s.lease_wanted());
+        s.grant_lease(5000);
+        assert!(!s.advance_idle(1000));
         // Afterwards every ID is above the position, even with the clock stepped back.
         let node = Node::new(0, 0).unwrap();
         let mut s = State::new();
         let (to, _) = advance(5000, s.last_ms, s.lease_ms);
         s.raise_floor(to.unwrap());
-        let p = position(s.last_ms, s.last_seq, node);
+        let p = s.position(node);
+        assert_eq!(p, position(4999, crate::layout::MAX_SEQUENCE, node));
         for now in [5000, 4000, 4999, 5000, 5001] {
             if let Ok(Step::Issued(id)) = s.next(now, node, 10_000) {
                 assert!(id > p);

@@ -126,6 +126,18 @@ pub fn forward_jump(wall_advance_ms: i64, monotonic_advance_ms: i64) -> Option<u
 
 #[cfg(test)]
 mod tests {
+    /// A lease is renewed once less than half of it is left ahead of what was issued.
+    #[test]
+    fn a_lease_is_renewed_when_half_of_it_is_left() {
+        // Drift 10 s: a lease of 1 s.
+        assert_eq!(super::renewal(1_000, 1_000, 1_500, true, 10_000), None);
+        assert_eq!(
+            super::renewal(1_000, 1_000, 1_499, true, 10_000),
+            Some(2_000)
+        );
+        assert_eq!(super::renewal(1_000, 1_000, 1_499, false, 10_000), None);
+    }
+
     #[test]
     fn a_mark_someone_else_wrote_is_a_floor_compared_with_what_was_issued() {
         use crate::generator::State;

@@ -658,6 +658,12 @@ mod tests {
         let (w, below) = Worker::start(EPOCH, &at(5_000, 0), node(2), &mut s);
         assert_eq!((s.last_ms(), below), (5_000, None));
         assert!(w.gated());
+        // A claim at the mark: nothing below it.
+        let mut s = State::awaiting_lease();
+        assert_eq!(
+            Worker::start(EPOCH, &at(5_000, 5_000), node(2), &mut s).1,
+            None
+        );
         let mut s = State::awaiting_lease();
         let (w, below) = Worker::start(EPOCH, &at(5_000, 9_000), node(2), &mut s);
         assert_eq!(s.last_ms(), 9_000);
@@ -678,6 +684,67 @@ mod tests {
         assert!(!Worker::start(EPOCH, &at(5_000, 0), node(2), &mut s)
             .0
             .gated());
+    }
+
+    /// The claim carries the lease's last ID, or before any lease the floor's; never a floor
+    /// raised above the lease (not issued under yet, and the mark is not there yet).
+    #[test]
+    fn the_claim_carries_the_lease_or_before_it_the_floor() {
+        let mut s = State::awaiting_lease();
+        assert_eq!(claim_lease_id(node(2), &s), 0);
+        s.raise_floor(5_000);
+        assert_eq!(
+            claim_lease_id(node(2), &s),
+            assemble(5_000, node(2), MAX_SEQUENCE)
+        );
+        s.grant_lease(9_000);
+        s.raise_floor(12_000);
+        assert_eq!(
+            claim_lease_id(node(2), &s),
+            assemble(9_000, node(2), MAX_SEQUENCE)
+        );
+    }
+
+    /// When `poll` asks for each step: the gate's look every `GATE_LOOK_MS`, the refresh every
+    /// `REFRESH_MS`, a renewal only when a lease is wanted (an ID waited, or IDs were issued since
+    /// the last one) and running low, and a nap of a quarter lease between.
+    #[test]
+    fn poll_asks_for_each_step_when_it_is_due() {
+        let mut s = State::awaiting_lease();
+        let (mut w, _) = Worker::start(EPOCH, &at(0, 0), node(2), &mut s);
+        let wall = EPOCH + 1_000_000;
+        assert_eq!(
+            todos(&mut w, 0, wall, &s)[..2],
+            [Todo::ReadPaths, Todo::Refresh]
+        );
+        let view = w.refreshed(0, refreshed(vec![]), &settings(), &mut s);
+        assert!(!view.claims_stale && view.conflict.is_none() && !s.refused());
+        assert!(!todos(&mut w, GATE_LOOK_MS - 1, wall, &s).contains(&Todo::ReadPaths));
+        assert!(todos(&mut w, GATE_LOOK_MS, wall, &s).contains(&Todo::ReadPaths));
+        w.paths_read(GATE_LOOK_MS, &[]);
+        let t = 0;
+        assert!(!todos(&mut w, t + REFRESH_MS - 1, wall, &s).contains(&Todo::Refresh));
+        assert!(todos(&mut w, t + REFRESH_MS, wall, &s).contains(&Todo::Refresh));
+        // A lease far ahead and nothing issued since: no renewal; the nap is a quarter lease.
+        s.grant_lease(2_000_000);
+        let next = todos(&mut w, t + REFRESH_MS + 1, wall, &s);
+        assert!(!next.contains(&Todo::Renew), "{next:?}");
+        assert_eq!(next.last(), Some(&Todo::Nap(250)));
+        // An ID issued, the lease still far ahead: none either.
+        assert!(matches!(
+            s.next(1_000_000, node(2), 10_000),
+            Ok(Step::Issued(_))
+        ));
+        assert!(!todos(&mut w, t + REFRESH_MS + 2, wall, &s).contains(&Todo::Renew));
+        // Running low, with an ID issued since the last renewal: renewed.
+        let mut s = State::awaiting_lease();
+        s.grant_lease(1_000_100);
+        assert!(!todos(&mut w, t + REFRESH_MS + 3, wall, &s).contains(&Todo::Renew));
+        assert!(matches!(
+            s.next(1_000_000, node(2), 10_000),
+            Ok(Step::Issued(_))
+        ));
+        assert!(todos(&mut w, t + REFRESH_MS + 4, wall, &s).contains(&Todo::Renew));
     }
 
     #[test]
@@ -787,6 +854,8 @@ mod tests {
         ));
         w.refreshed(20_001, refreshed(vec![claim(7, 2, 1)]), &settings(), &mut s);
         assert_eq!(s.lease(), Some(51_000));
+        assert_eq!(w.conflict().map(|c| c.system_identifier), Some(7));
+        assert_eq!(w.recorded_epoch_ms(), EPOCH);
         // The mark written is the worker's own now.
         assert_eq!(w.mark_read(EPOCH + 60_000, Some(EPOCH), &mut s).found, None);
     }
