@@ -667,6 +667,7 @@ mod tests {
         s.grant_lease(100);
         assert_eq!(at(&mut s, 150, 10), Ok(Step::WaitLease { needed_ms: 150 }));
         assert!(s.lease_wanted());
+        assert_eq!(s.stats().waits, 1);
     }
 
     /// What the lease worker and the status functions read of a state.
