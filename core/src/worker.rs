@@ -736,6 +736,9 @@ mod tests {
             Ok(Step::Issued(_))
         ));
         assert!(!todos(&mut w, t + REFRESH_MS + 2, wall, &s).contains(&Todo::Renew));
+        // The clock then nears the lease's end: renewed, by the clock, not by what was issued.
+        let late = EPOCH + 1_999_800;
+        assert!(todos(&mut w, t + REFRESH_MS + 2, late, &s).contains(&Todo::Renew));
         // Running low, with an ID issued since the last renewal: renewed.
         let mut s = State::awaiting_lease();
         s.grant_lease(1_000_100);
