@@ -686,6 +686,38 @@ mod tests {
             .gated());
     }
 
+    /// A copy of this server (its own row with a stamp it did not write) refuses IDs here only
+    /// when it is on this server's pair: on another it issues other IDs than ours.
+    #[test]
+    fn a_copy_refuses_here_only_on_our_pair() {
+        for (copy_worker, refused) in [(3, false), (2, true)] {
+            let mut s = State::awaiting_lease();
+            let (mut w, _) = Worker::start(EPOCH, &at(0, 0), node(2), &mut s);
+            w.paths_read(0, &[]);
+            let row = |w: i64, seen: i64, version: i64| Claim {
+                last_seen_unix_ms: seen,
+                ..claim(ME, w, version)
+            };
+            let look = |own: Claim, written: Claim| Refreshed {
+                own_before: Some(own),
+                written,
+                ..refreshed(vec![])
+            };
+            // The row as found at start (an earlier life's), then ours written over it.
+            w.refreshed(0, look(row(2, 100, 1), row(2, 200, 2)), &settings(), &mut s);
+            assert!(!s.refused());
+            // Next look: a version we did not write, stamped later.
+            let view = w.refreshed(
+                REFRESH_MS,
+                look(row(copy_worker, 300, 3), row(2, 400, 4)),
+                &settings(),
+                &mut s,
+            );
+            assert!(view.copy_announced.is_some());
+            assert_eq!(s.refused(), refused, "a copy on worker {copy_worker}");
+        }
+    }
+
     /// The claim carries the lease's last ID, or before any lease the floor's; never a floor
     /// raised above the lease (not issued under yet, and the mark is not there yet).
     #[test]
