@@ -640,6 +640,19 @@ mod tests {
         }
     }
 
+    /// The renewal's commit with no claim row written (`Worker::renew_committed`): the mark
+    /// written, and the value the write found there.
+    fn committed(
+        w: &mut Worker,
+        s: &mut State,
+        now: u64,
+        write: &LeaseWrite,
+        written: i64,
+        found: i64,
+    ) -> bool {
+        w.renew_committed(now, write, written, found, None, None, &settings(), s)
+    }
+
     /// Drives `poll` to the first thing that is not a nap or a refresh.
     fn todos(w: &mut Worker, now: u64, wall: i64, s: &State) -> Vec<Todo> {
         let mut out = Vec::new();
@@ -848,44 +861,38 @@ mod tests {
         assert_eq!(s.lease(), Some(0));
         assert!(plan.found.is_some_and(|f| !f.lowered));
         // No refresh has written the claim yet: the lease is held until one has looked.
-        assert!(!w.renew_committed(
+        assert!(!committed(
+            &mut w,
+            &mut s,
             0,
             &write,
             EPOCH + 51_000,
-            write.looked_unix_ms,
-            None,
-            None,
-            &settings(),
-            &mut s
+            write.looked_unix_ms
         ));
         assert_eq!(s.lease(), Some(0));
         w.refreshed(1, refreshed(vec![]), &settings(), &mut s);
         assert_eq!(s.lease(), Some(51_000));
         // Written within the expiry (less a refresh): granted at once.
-        assert!(w.renew_committed(
+        assert!(committed(
+            &mut w,
+            &mut s,
             9_999,
             &write,
             EPOCH + 51_000,
-            write.looked_unix_ms,
-            None,
-            None,
-            &settings(),
-            &mut s
+            write.looked_unix_ms
         ));
         // A commit that waited longer: held, and dropped if the refresh finds a conflict.
         let later = LeaseWrite {
             lease_ms: 60_000,
             ..write
         };
-        assert!(!w.renew_committed(
+        assert!(!committed(
+            &mut w,
+            &mut s,
             20_000,
             &later,
             EPOCH + 60_000,
-            later.looked_unix_ms,
-            None,
-            None,
-            &settings(),
-            &mut s
+            later.looked_unix_ms
         ));
         w.refreshed(20_001, refreshed(vec![claim(7, 2, 1)]), &settings(), &mut s);
         assert_eq!(s.lease(), Some(51_000));
@@ -917,15 +924,13 @@ mod tests {
         let (mut s, mut w, write) = first_lease_at_20s();
         assert_eq!(write.lease_ms, 21_000);
         // A DBA's setval landed after the look: the write kept the greater value, 25 s.
-        assert!(w.renew_committed(
+        assert!(committed(
+            &mut w,
+            &mut s,
             1,
             &write,
             EPOCH + 25_000,
-            EPOCH + 25_000,
-            None,
-            None,
-            &settings(),
-            &mut s
+            EPOCH + 25_000
         ));
         assert_eq!(s.last_ms(), 25_000, "every ID from now on is above it");
         assert!(matches!(
@@ -934,15 +939,13 @@ mod tests {
         ));
         // Lowered in between, yet above what was issued: a floor as well.
         let (mut s, mut w, write) = first_lease_at_20s();
-        assert!(w.renew_committed(
+        assert!(committed(
+            &mut w,
+            &mut s,
             1,
             &write,
             EPOCH + 21_000,
-            EPOCH + 1_000,
-            None,
-            None,
-            &settings(),
-            &mut s
+            EPOCH + 1_000
         ));
         assert!(matches!(
             s.next(20_100, node(2), 10_000),
@@ -958,15 +961,13 @@ mod tests {
             &mut s,
         );
         let write = plan.write.expect("a lease is wanted");
-        assert!(w.renew_committed(
+        assert!(committed(
+            &mut w,
+            &mut s,
             2,
             &write,
             EPOCH + 21_900,
-            EPOCH + 20_500,
-            None,
-            None,
-            &settings(),
-            &mut s
+            EPOCH + 20_500
         ));
         assert_eq!(s.last_ms(), 20_500);
         // Our own values written back are no floor.
@@ -985,15 +986,13 @@ mod tests {
             )
             .write
             .expect("a lease is needed");
-        assert!(w.renew_committed(
+        assert!(committed(
+            &mut w,
+            &mut s,
             1,
             &write,
             EPOCH + 31_000,
-            write.looked_unix_ms,
-            None,
-            None,
-            &settings(),
-            &mut s
+            write.looked_unix_ms
         ));
         assert_eq!(s.last_ms(), 30_000);
     }
