@@ -83,8 +83,14 @@ MUTANTS = [
      "lease granted before it still has room above the leaver's IDs; core::worker's test "
      "a_refusal_that_ends_resumes_above_what_the_other_server_left_on_the_pair pins the rule"),
     ("take a mark set between the look and the write as the worker's own", [("worker.rs",
-     "        if found_unix_ms != write.looked_unix_ms {",
+     "        if found != (write.looked_unix_ms, write.looked_epoch_ms) {",
      "        if false {")], None),
+    ("judge the mark by its Unix time alone, not by the epoch beside it", [("lease.rs",
+     "        lowered: mark_unix_ms - epoch < own_unix_ms - own_epoch_ms,",
+     "        lowered: mark_unix_ms < own_unix_ms,")], None),
+    ("take a mark set between the look and the write under our own epoch", [("worker.rs",
+     "            state.raise_floor(restored_floor(found.0, found.1, self.epoch_ms));",
+     "            state.raise_floor(restored_floor(found.0, None, self.epoch_ms));")], None),
     # A few of our own.
     ("a claim never watched counts as expired", [("fleet.rs",
      "            .is_none_or(|s| {\n                s.1 != c.version",

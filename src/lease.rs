@@ -569,14 +569,23 @@ fn renew(worker: &mut Worker, settings: &Settings, now_ms: u64) {
             return (plan, None, (None, None));
         };
         // The mark never goes down: not below a value written by someone else, nor below the
-        // worker's own if someone lowered it. What the write found there is returned too: a
-        // value set since the look is a floor (rule 4). (GREATEST is syntax, not a function on
-        // the search_path; it compares with bigint's own btree.)
-        let (written, found) = Spi::get_two_with_args::<i64, i64>(
-            "SELECT pg_catalog.setval('_snowflake.lease_ms', GREATEST($1, $3, m.last_value), true),
-                    m.last_value
-               FROM (SELECT last_value FROM _snowflake.lease_ms) m,
-                    pg_catalog.setval('_snowflake.epoch_ms', $2, true)",
+        // worker's own if someone lowered it. A value found that stands for later IDs than ours
+        // (counted from the epoch beside it, -1 for none) is kept with that epoch; otherwise the
+        // greater of ours is written with our epoch: `LeaseWrite::keeps_found` and `written`,
+        // which this statement must match. What the write found (the mark and its epoch, read in
+        // the scan, before the target list sets them) is returned: a value set since the look
+        // is a floor (rule 4). (GREATEST and CASE are syntax, not functions on the search_path.)
+        let (written, found, found_epoch) = Spi::get_three_with_args::<i64, i64, i64>(
+            "SELECT pg_catalog.setval('_snowflake.lease_ms',
+                        CASE WHEN k.keep THEN k.mark ELSE GREATEST($1, $3) END, true),
+                    k.mark, k.epoch,
+                    CASE WHEN NOT k.keep THEN pg_catalog.setval('_snowflake.epoch_ms', $2, true) END
+               FROM (SELECT m.mark, m.epoch,
+                            (m.mark OPERATOR(pg_catalog.-)
+                               CASE WHEN m.epoch OPERATOR(pg_catalog.<) 0 THEN $2 ELSE m.epoch END)
+                            OPERATOR(pg_catalog.>) (GREATEST($1, $3) OPERATOR(pg_catalog.-) $2) AS keep
+                       FROM (SELECT l.last_value AS mark, e.last_value AS epoch
+                               FROM _snowflake.lease_ms l, _snowflake.epoch_ms e) m) k",
             &[
                 write.mark_unix_ms.into(),
                 write.epoch_ms.into(),
@@ -585,7 +594,10 @@ fn renew(worker: &mut Worker, settings: &Settings, now_ms: u64) {
         )
         .expect("persist the lease");
         let written = written.unwrap_or(write.mark_unix_ms);
-        let found = found.unwrap_or(write.looked_unix_ms);
+        let found = (
+            found.unwrap_or(write.looked_unix_ms),
+            found_epoch.filter(|&e| e >= 0),
+        );
         let version = crate::fleet::record_lease(write.claim_lease_id, settings.node);
         (plan, Some((written, found)), version)
     });
@@ -637,12 +649,20 @@ fn check_mark(worker: &mut Worker) {
     let (mark, check) = BackgroundWorker::transaction(move || {
         let (mark, recorded) = read_mark();
         let check = protocol.mark_read(mark, recorded, &mut GENERATOR.exclusive().state);
-        if let Some(own) = check.write_back {
+        if let Some((own, epoch)) = check.write_back {
             Spi::run("SET LOCAL synchronous_commit = on").expect("set synchronous_commit");
+            // With the epoch it was written under (the restore that lowered the mark may have
+            // put another epoch, or none, beside it), unless a value that stands for later IDs
+            // was set since the look: `core::lease::stands_above`, which this must match.
             Spi::run_with_args(
-                "SELECT pg_catalog.setval('_snowflake.lease_ms',
-                        GREATEST($1, (SELECT last_value FROM _snowflake.lease_ms)), true)",
-                &[own.into()],
+                "SELECT CASE WHEN NOT k.keep THEN pg_catalog.setval('_snowflake.lease_ms', $1, true) END,
+                        CASE WHEN NOT k.keep THEN pg_catalog.setval('_snowflake.epoch_ms', $2, true) END
+                   FROM (SELECT (l.last_value OPERATOR(pg_catalog.-)
+                                   CASE WHEN e.last_value OPERATOR(pg_catalog.<) 0 THEN $3
+                                        ELSE e.last_value END)
+                                OPERATOR(pg_catalog.>) ($1 OPERATOR(pg_catalog.-) $2) AS keep
+                           FROM _snowflake.lease_ms l, _snowflake.epoch_ms e) k",
+                &[own.into(), epoch.into(), config::epoch_ms().into()],
             )
             .expect("write the mark back");
         }

@@ -59,8 +59,10 @@ pub fn restored_floor(mark_unix_ms: i64, recorded_epoch_ms: Option<i64>, epoch_m
 }
 
 /// What the worker makes of the persisted mark when it reads it again: whether someone other than
-/// this server's worker changed it since the worker last wrote (or first read) the value
-/// `own_unix_ms`, and if so the floor it imposes.
+/// this server's worker changed it since the worker last wrote (or first read) the value `own`
+/// (Unix ms, and the epoch it was written under), and if so the floor it imposes. A mark counts
+/// milliseconds from the epoch beside it, so it is compared with ours in those milliseconds: a
+/// dump of a server whose epoch is earlier brings a lower Unix time that stands for later IDs.
 ///
 /// # Invariant
 ///
@@ -74,12 +76,22 @@ pub fn outside_mark(
     mark_unix_ms: i64,
     recorded_epoch_ms: Option<i64>,
     epoch_ms: i64,
-    own_unix_ms: i64,
+    own: (i64, i64),
 ) -> Option<OutsideMark> {
-    (mark_unix_ms != own_unix_ms).then(|| OutsideMark {
+    let (own_unix_ms, own_epoch_ms) = own;
+    let epoch = recorded_epoch_ms.unwrap_or(epoch_ms);
+    (mark_unix_ms != own_unix_ms || epoch != own_epoch_ms).then(|| OutsideMark {
         floor: restored_floor(mark_unix_ms, recorded_epoch_ms, epoch_ms),
-        lowered: mark_unix_ms < own_unix_ms,
+        lowered: mark_unix_ms - epoch < own_unix_ms - own_epoch_ms,
     })
+}
+
+/// Whether the mark `found` (Unix ms, and the epoch beside it: `None` for none, which is read as
+/// `epoch_ms`) stands for later IDs than `ours` (Unix ms, and the epoch it was written under): a
+/// mark counts milliseconds from its own epoch. A write that must not lower the mark keeps such
+/// a value, with its epoch, and writes ours (with ours) otherwise.
+pub fn stands_above(found: (i64, Option<i64>), epoch_ms: i64, ours: (i64, i64)) -> bool {
+    found.0 - found.1.unwrap_or(epoch_ms) > ours.0 - ours.1
 }
 
 /// A value of the persisted mark that this server's worker did not write (see `outside_mark`).
@@ -104,9 +116,9 @@ impl crate::generator::State {
         mark_unix_ms: i64,
         recorded_epoch_ms: Option<i64>,
         epoch_ms: i64,
-        own_unix_ms: i64,
+        own: (i64, i64),
     ) -> Option<OutsideMark> {
-        let found = outside_mark(mark_unix_ms, recorded_epoch_ms, epoch_ms, own_unix_ms)?;
+        let found = outside_mark(mark_unix_ms, recorded_epoch_ms, epoch_ms, own)?;
         self.raise_floor(found.floor);
         Some(found)
     }
@@ -144,12 +156,12 @@ mod tests {
         let epoch = 1_288_834_974_657;
         // Our own value read back: nothing to do (the floor would jump to the lease's end).
         assert_eq!(
-            super::outside_mark(epoch + 5_000, Some(epoch), epoch, epoch + 5_000),
+            super::outside_mark(epoch + 5_000, Some(epoch), epoch, (epoch + 5_000, epoch)),
             None
         );
         // Raised by a restore: the floor follows.
         assert_eq!(
-            super::outside_mark(epoch + 9_000, Some(epoch), epoch, epoch + 5_000),
+            super::outside_mark(epoch + 9_000, Some(epoch), epoch, (epoch + 5_000, epoch)),
             Some(OutsideMark {
                 floor: 9_000,
                 lowered: false
@@ -157,7 +169,7 @@ mod tests {
         );
         // Lowered (a dump's setval): still a floor, and the worker writes its own back.
         assert_eq!(
-            super::outside_mark(epoch + 4_000, Some(epoch), epoch, epoch + 5_000),
+            super::outside_mark(epoch + 4_000, Some(epoch), epoch, (epoch + 5_000, epoch)),
             Some(OutsideMark {
                 floor: 4_000,
                 lowered: true
@@ -169,12 +181,40 @@ mod tests {
         s.grant_lease(5_000);
         s.raise_floor(3_000);
         assert!(s
-            .follow_outside_mark(epoch + 4_500, Some(epoch), epoch, epoch + 5_000)
+            .follow_outside_mark(epoch + 4_500, Some(epoch), epoch, (epoch + 5_000, epoch))
             .is_some());
         assert_eq!(s.last_ms(), 4_500);
         // Below what was issued: no change to the state.
-        s.follow_outside_mark(epoch + 1_000, Some(epoch), epoch, epoch + 5_000);
+        s.follow_outside_mark(epoch + 1_000, Some(epoch), epoch, (epoch + 5_000, epoch));
         assert_eq!(s.last_ms(), 4_500);
+        // A dump of a server whose epoch is a day earlier: its lower Unix time stands for IDs a
+        // day later than ours, so it is raised, not lowered (writing ours back would lose it).
+        let day = 86_400_000;
+        assert_eq!(
+            super::outside_mark(
+                epoch + 4_000,
+                Some(epoch - day),
+                epoch,
+                (epoch + 5_000, epoch)
+            ),
+            Some(OutsideMark {
+                floor: 4_000 + day as u64,
+                lowered: false
+            })
+        );
+        // The same Unix time with another epoch beside it is someone else's too.
+        assert_eq!(
+            super::outside_mark(
+                epoch + 5_000,
+                Some(epoch - day),
+                epoch,
+                (epoch + 5_000, epoch)
+            ),
+            Some(OutsideMark {
+                floor: 5_000 + day as u64,
+                lowered: false
+            })
+        );
     }
 
     use super::*;

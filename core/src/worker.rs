@@ -126,8 +126,10 @@ pub enum GateEnd {
 pub struct MarkCheck {
     /// A value someone else wrote, now a floor.
     pub found: Option<OutsideMark>,
-    /// The value to write back in the same transaction (the mark was lowered).
-    pub write_back: Option<i64>,
+    /// The value to write back in the same transaction (the mark was lowered), with the epoch it
+    /// was written under: a restore that lowered the mark may have put another epoch beside it,
+    /// and the mark means nothing without its own.
+    pub write_back: Option<(i64, i64)>,
 }
 
 /// The lease to write, in the transaction that read the floors (`renew_read`).
@@ -140,10 +142,32 @@ pub struct LeaseWrite {
     pub mark_unix_ms: i64,
     pub own_unix_ms: i64,
     pub epoch_ms: i64,
-    /// The mark as the look before the write read it.
+    /// The mark as the look before the write read it, and the epoch recorded beside it.
     pub looked_unix_ms: i64,
+    pub looked_epoch_ms: Option<i64>,
     /// The last ID of the lease, for this server's own claim (`lease_id` never goes down there).
     pub claim_lease_id: i64,
+}
+
+impl LeaseWrite {
+    /// Whether the write, finding `found` in the mark (its value and the epoch beside it, `None`
+    /// for none), leaves both as they are: the value found counts more milliseconds from its
+    /// epoch than ours do from ours (a mark means nothing without its epoch: a dump of a server
+    /// whose epoch is earlier brings a lower Unix time that stands for later IDs). Otherwise the
+    /// write sets the greater of ours (`mark_unix_ms`, `own_unix_ms`) and `epoch_ms` beside it.
+    pub fn keeps_found(&self, found: (i64, Option<i64>)) -> bool {
+        let ours = self.mark_unix_ms.max(self.own_unix_ms);
+        crate::lease::stands_above(found, self.epoch_ms, (ours, self.epoch_ms))
+    }
+
+    /// The mark the write leaves, finding `found` there (see `keeps_found`).
+    pub fn written(&self, found: (i64, Option<i64>)) -> i64 {
+        if self.keeps_found(found) {
+            found.0
+        } else {
+            self.mark_unix_ms.max(self.own_unix_ms)
+        }
+    }
 }
 
 /// What `renew_read` decided.
@@ -370,17 +394,27 @@ impl Worker {
         state: &mut State,
     ) -> MarkCheck {
         let own = self.own_mark;
-        let found = state.follow_outside_mark(mark_unix_ms, recorded_epoch_ms, self.epoch_ms, own);
+        let own_epoch = self.recorded_epoch_ms;
+        let found = state.follow_outside_mark(
+            mark_unix_ms,
+            recorded_epoch_ms,
+            self.epoch_ms,
+            (own, own_epoch),
+        );
         let write_back = match found {
             Some(f) if f.lowered => Some(own),
-            // Raised: followed, and the worker's own from now on.
+            // Raised: followed, and the worker's own from now on, with its epoch.
             Some(_) => {
                 self.own_mark = mark_unix_ms;
+                self.recorded_epoch_ms = recorded_epoch_ms.unwrap_or(self.epoch_ms);
                 None
             }
             None => None,
         };
-        MarkCheck { found, write_back }
+        MarkCheck {
+            found,
+            write_back: write_back.map(|m| (m, self.recorded_epoch_ms)),
+        }
     }
 
     /// What to write into this server's own claim at a refresh (rule 6), from its row as it is
@@ -477,7 +511,12 @@ impl Worker {
             state.raise_floor(decompose(id).map(|p| p.ms).unwrap_or(0));
         }
         let own = self.own_mark;
-        let found = state.follow_outside_mark(mark_unix_ms, recorded_epoch_ms, self.epoch_ms, own);
+        let found = state.follow_outside_mark(
+            mark_unix_ms,
+            recorded_epoch_ms,
+            self.epoch_ms,
+            (own, self.recorded_epoch_ms),
+        );
         let now = wall_unix_ms - self.epoch_ms;
         let write = state
             .renewal(now, true, settings.max_drift_ms)
@@ -487,12 +526,14 @@ impl Worker {
                 own_unix_ms: own,
                 epoch_ms: self.epoch_ms,
                 looked_unix_ms: mark_unix_ms,
+                looked_epoch_ms: recorded_epoch_ms,
                 claim_lease_id: assemble(lease_ms.min(MAX_TIMESTAMP), settings.node, MAX_SEQUENCE),
             });
         if write.is_none() && found.is_some_and(|f| !f.lowered) {
             // Raised: followed, and the worker's own from now on. (A lowered mark is written
             // back by the next look.)
             self.own_mark = mark_unix_ms;
+            self.recorded_epoch_ms = recorded_epoch_ms.unwrap_or(self.epoch_ms);
         }
         RenewPlan {
             mark_unix_ms,
@@ -502,7 +543,8 @@ impl Worker {
     }
 
     /// The renewal's transaction committed (rule 5) at monotonic `now_ms`: the mark now holds
-    /// `written_unix_ms` (where the write found `found_unix_ms`), and this server's own claim
+    /// `written_unix_ms` (where the write found `found`: the mark and the epoch recorded beside
+    /// it), and this server's own claim
     /// was `claim_before` and is now
     /// `claim_written` (its stamp). Grants the lease, unless this server's claim had not been
     /// written for so long that a peer may have taken it for gone (rule 7): then the lease is
@@ -513,19 +555,25 @@ impl Worker {
         now_ms: u64,
         write: &LeaseWrite,
         written_unix_ms: i64,
-        found_unix_ms: i64,
+        found: (i64, Option<i64>),
         claim_before: Option<Claim>,
         claim_written: Option<Claim>,
         settings: &Settings,
         state: &mut State,
     ) -> bool {
-        if found_unix_ms != write.looked_unix_ms {
-            // Set by someone else after the look (rule 4): a floor, as at any look. (A lowered
-            // value is below the worker's own, which the write put back.)
-            state.raise_floor(restored_floor(found_unix_ms, None, self.epoch_ms));
+        if found != (write.looked_unix_ms, write.looked_epoch_ms) {
+            // Set by someone else after the look (rule 4): a floor, as at any look, in the
+            // milliseconds of the epoch it was written under (a dump of a server with another
+            // epoch brings both). (A lowered value is below the worker's own, which the write put
+            // back.)
+            state.raise_floor(restored_floor(found.0, found.1, self.epoch_ms));
         }
         self.own_mark = written_unix_ms;
-        self.recorded_epoch_ms = write.epoch_ms;
+        self.recorded_epoch_ms = if write.keeps_found(found) {
+            found.1.unwrap_or(self.epoch_ms)
+        } else {
+            write.epoch_ms
+        };
         let silent = self.claim_silent(now_ms, settings.claim_expiry_ms);
         if let Some(stamp) = claim_written {
             self.copies.observe(now_ms, claim_before);
@@ -650,7 +698,16 @@ mod tests {
         written: i64,
         found: i64,
     ) -> bool {
-        w.renew_committed(now, write, written, found, None, None, &settings(), s)
+        w.renew_committed(
+            now,
+            write,
+            written,
+            (found, write.looked_epoch_ms),
+            None,
+            None,
+            &settings(),
+            s,
+        )
     }
 
     /// Drives `poll` to the first thing that is not a nap or a refresh.
@@ -690,7 +747,7 @@ mod tests {
         // The claim's value is the worker's own: the first look writes it back.
         let mut w = w;
         let check = w.mark_read(EPOCH + 5_000, Some(EPOCH), &mut s);
-        assert_eq!(check.write_back, Some(EPOCH + 9_000));
+        assert_eq!(check.write_back, Some((EPOCH + 9_000, EPOCH)));
         // A worker restarted while the server runs (a lease held) is not gated.
         let mut s = State::awaiting_lease();
         s.grant_lease(100);
@@ -998,6 +1055,43 @@ mod tests {
     }
 
     #[test]
+    fn a_mark_set_between_the_look_and_the_write_is_a_floor_under_the_epoch_it_brought() {
+        // A dump of a server whose epoch is a day earlier, restored after the look: its mark (Unix
+        // ms) counts from that epoch, so the floor is a day further on in our milliseconds than
+        // the same Unix ms under our epoch would be.
+        let (mut s, mut w, write) = first_lease_at_20s();
+        let day = 86_400_000;
+        let granted = w.renew_committed(
+            1,
+            &write,
+            EPOCH + 25_000,
+            (EPOCH + 25_000, Some(EPOCH - day)),
+            None,
+            None,
+            &settings(),
+            &mut s,
+        );
+        assert!(granted);
+        assert_eq!(s.last_ms(), 25_000 + day as u64);
+        // The write kept that value (above ours), and its epoch with it.
+        assert_eq!(w.recorded_epoch_ms(), EPOCH - day);
+        // The same mark with the epoch of the look changed alone is someone else's too.
+        let (mut s, mut w, write) = first_lease_at_20s();
+        let found = (write.looked_unix_ms, Some(EPOCH - day));
+        w.renew_committed(
+            1,
+            &write,
+            EPOCH + 21_000,
+            found,
+            None,
+            None,
+            &settings(),
+            &mut s,
+        );
+        assert_eq!(s.last_ms(), 1_000 + day as u64);
+    }
+
+    #[test]
     fn a_look_follows_a_raised_mark_and_writes_back_a_lowered_one() {
         let mut s = State::awaiting_lease();
         let (mut w, _) = Worker::start(EPOCH, &at(10_000, 0), node(2), &mut s);
@@ -1007,7 +1101,7 @@ mod tests {
         // Raised is ours now: the same value again is nothing.
         assert_eq!(w.mark_read(EPOCH + 20_000, Some(EPOCH), &mut s).found, None);
         let lowered = w.mark_read(EPOCH + 5_000, Some(EPOCH), &mut s);
-        assert_eq!(lowered.write_back, Some(EPOCH + 20_000));
+        assert_eq!(lowered.write_back, Some((EPOCH + 20_000, EPOCH)));
         assert_eq!(s.last_ms(), 20_000);
         // A renewal that finds it raised but needs no lease takes it as its own too.
         s.grant_lease(u64::MAX - 1);

@@ -21,8 +21,14 @@
 //! Where the docs prescribe a remedy (a failover from a standby that lacked the last lease: the
 //! raise-mark recipe), the world applies it as written, and then no ID may repeat.
 //!
-//! What is not simulated yet (named so in the contributor's guide): physical copies running
-//! beside their original, relayed paths (`origin = any`), clock slews, the epoch moved.
+//! Also in the world: clocks that step and clocks that slew (a wrong rate, the monotonic clock
+//! with it); the epoch moved earlier or later; claims paths that relay (`origin = any`);
+//! physical copies started beside their original (a pg_basebackup or a snapshot, or a standby
+//! promoted while its primary runs on, unfenced), which keep its system identifier and pair. The
+//! docs say never to let a copy issue IDs for shared data, so repeats of a copy's IDs are
+//! excused; everything else is checked: the other servers' IDs, the original's own lineage, the
+//! copy's start above what its original had issued, and the original's return to IDs once the
+//! copy is stopped.
 
 use rand_chacha::ChaCha8Rng;
 use rand_core::{RngCore, SeedableRng};
@@ -34,6 +40,7 @@ use snowflake_core::horizon::{
     enter, enter_survivors, hold, purge, read as read_horizon, Prepared, EMPTY,
 };
 use snowflake_core::layout::{assemble, decompose, Node, MAX_SEQUENCE};
+use snowflake_core::lease::stands_above;
 use snowflake_core::worker::{AtStart, GateEnd, Refreshed, Settings, Todo, Worker};
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::fmt;
@@ -42,6 +49,8 @@ use std::fmt;
 pub const EPOCH: i64 = 1_288_834_974_657;
 /// Real time when a schedule starts (Unix ms, in 2027).
 const T0: i64 = 1_800_000_000_000;
+/// The epochs a server may be restarted with: the default, a day earlier, an hour later.
+const EPOCHS: [i64; 3] = [EPOCH, EPOCH - 86_400_000, EPOCH + 3_600_000];
 /// The pairs servers are given: fewer than servers can hold, so that pairs are shared by
 /// mistake and handed over.
 const PAIRS: [(i64, i64); 5] = [(0, 0), (0, 1), (1, 0), (3, 7), (31, 31)];
@@ -104,8 +113,25 @@ pub enum Ev {
     /// its commits wait; with `true`, only its synchronous commits wait (a synchronous standby
     /// unreachable): its lease commit, not its claim's refreshes, which are asynchronous.
     Freeze(Option<u8>, u32, bool),
+    /// The server's clock runs at a wrong rate from now on, by this many parts per million
+    /// (NTP slews at most 500; a broken clock source runs further off); its monotonic clock too.
+    Slew(u8, i32),
+    /// The server is restarted cleanly with `snowflake.epoch` set to another value (index into
+    /// `EPOCHS`).
+    Epoch(u8, u8),
+    /// The second server's machine now runs a physical copy of the first, as of this many
+    /// commits ago (0: a pg_basebackup or a snapshot of the running server; more: a standby
+    /// promoted while its primary runs on, unfenced). The second server's own identity is gone
+    /// without being retired; the copy keeps the first's system identifier, pair and epoch, and
+    /// the second's clock and subscriptions.
+    Clone(u8, u8, u8),
+    /// The claims path from the first server to the second relays (`origin = any`), or no
+    /// longer does.
+    Relay(u8, u8, bool),
 }
 
+/// The kinds of events, in `Ev`'s order.
+const KINDS: usize = 24;
 /// Backends per server, each with at most one open transaction.
 const BACKENDS: usize = 3;
 /// `max_prepared_transactions`: PostgreSQL refuses a PREPARE beyond it, and the prepared
@@ -125,7 +151,7 @@ pub struct Knobs {
     pub servers: usize,
     pub events: usize,
     /// Weights of each kind of event, in `Ev`'s order.
-    pub weights: [u32; 20],
+    pub weights: [u32; KINDS],
     /// Replication lag of the claims paths, ms.
     pub lag_ms: u64,
     pub max_drift_ms: u64,
@@ -256,7 +282,12 @@ impl Db {
 #[derive(Clone, Debug)]
 struct Path {
     stalled: bool,
-    queue: VecDeque<(u64, Row)>,
+    /// It takes changes of any origin (`origin = any`): what its publisher applied from others
+    /// travels on it too.
+    relays: bool,
+    /// Rows due, with whether each was relayed (rows are relayed once: a mesh that relays
+    /// both ways would send them round forever).
+    queue: VecDeque<(u64, Row, bool)>,
     delivered: i64,
     errors: i64,
     pid: i32,
@@ -273,7 +304,16 @@ struct Pending {
 struct Server {
     sysid: i64,
     pair: usize,
+    epoch: i64,
     offset_ms: i64,
+    /// How far its clock runs off, in parts per million, and the part of a ms not yet applied.
+    rate_ppm: i64,
+    skew_frac: i64,
+    /// How far its monotonic clock ran off since the start (a slew moves both clocks).
+    mono_skew: i64,
+    /// A physical copy of another server, stopped for good in the calm tail (the docs: never run
+    /// both as writers).
+    copy: bool,
     drift_ms: u64,
     up: bool,
     retired: bool,
@@ -341,7 +381,7 @@ impl Server {
             .row(self.sysid)
             .and_then(|r| decompose(r.claim.lease_id).ok())
             .map_or(0, |p| p.ms);
-        (db.mark - EPOCH).max(0) < issued as i64 && claimed < issued
+        (db.mark - db.mark_epoch.unwrap_or(self.epoch)).max(0) < issued as i64 && claimed < issued
     }
 
     fn node(&self) -> Node {
@@ -350,10 +390,11 @@ impl Server {
     }
 
     /// Its worker reads the mark (at start, at a refresh, at a lease): a value someone else set
-    /// is a floor from then on.
+    /// is a floor from then on, in the milliseconds of the epoch it was written under.
     fn read_mark(&mut self) {
         if self.db.mark != self.mark_seen {
-            self.mark_floor_ms = self.mark_floor_ms.max(self.db.mark - EPOCH);
+            let epoch = self.db.mark_epoch.unwrap_or(self.epoch);
+            self.mark_floor_ms = self.mark_floor_ms.max(self.db.mark - epoch);
             self.mark_seen = self.db.mark;
         }
     }
@@ -387,6 +428,8 @@ pub struct World {
     /// row of it arrives there (named in the docs: re-run the retire's UPDATE after such a
     /// restore).
     misinformed: HashSet<(usize, usize)>,
+    /// The lineages of physical copies (`Ev::Clone`).
+    copies: HashSet<usize>,
     version: i64,
     pids: i32,
     xids: u32,
@@ -403,7 +446,12 @@ impl World {
             servers.push(Server {
                 sysid: 7_000_000_000_000_000_000 + i as i64,
                 pair: i % PAIRS.len(),
+                epoch: EPOCH,
                 offset_ms: 0,
+                rate_ppm: 0,
+                skew_frac: 0,
+                mono_skew: 0,
+                copy: false,
                 drift_ms: knobs.max_drift_ms,
                 up: false,
                 retired: false,
@@ -444,6 +492,7 @@ impl World {
                     .map(|to| {
                         (from != to).then(|| Path {
                             stalled: false,
+                            relays: false,
                             queue: VecDeque::new(),
                             delivered: 0,
                             errors: 0,
@@ -464,6 +513,7 @@ impl World {
             tainted: HashSet::new(),
             rewound: Vec::new(),
             misinformed: HashSet::new(),
+            copies: HashSet::new(),
             version: 1,
             pids: 10_000,
             xids: 1_000,
@@ -481,7 +531,8 @@ impl World {
     }
 
     fn mono(&self, i: usize) -> u64 {
-        self.t - self.servers[i].started_at
+        let s = &self.servers[i];
+        ((self.t - s.started_at) as i64 + s.mono_skew).max(0) as u64
     }
 
     fn settings(&self, i: usize) -> Settings {
@@ -510,7 +561,7 @@ impl World {
         };
         let due = self.t + self.knobs.lag_ms;
         for p in self.paths[i].iter_mut().flatten() {
-            p.queue.push_back((due, row.clone()));
+            p.queue.push_back((due, row.clone(), false));
         }
     }
 
@@ -534,19 +585,36 @@ impl World {
                     if up {
                         p.last_heard = t;
                     }
-                    while p.queue.front().is_some_and(|(due, _)| *due <= t) {
-                        let (_, row) = p.queue.pop_front().expect("a row");
+                    while p.queue.front().is_some_and(|(due, _, _)| *due <= t) {
+                        let (_, row, relayed) = p.queue.pop_front().expect("a row");
                         p.delivered += 1;
                         p.last_heard = t;
-                        arrived.push(row);
+                        arrived.push((row, relayed));
                     }
                 }
-                if !arrived.is_empty() {
+                if arrived.iter().any(|(_, relayed)| !relayed) {
                     self.misinformed.remove(&(to, from));
                 }
-                for mut row in arrived {
+                let due = t + self.knobs.lag_ms;
+                for (mut row, relayed) in arrived {
+                    if !relayed {
+                        for p in self.paths[to].iter_mut().flatten().filter(|p| p.relays) {
+                            p.queue.push_back((due, row.clone(), true));
+                        }
+                    }
                     row.claim.version = self.next_version();
+                    let own = row.claim.system_identifier == self.servers[to].sysid;
                     self.servers[to].db.put(row);
+                    if own {
+                        // A physical copy's claim overwrote its original's own row: with the
+                        // mark lowered too, the docs' limit (never run both as writers).
+                        let s = &mut self.servers[to];
+                        let db = s.db.clone();
+                        s.lowered_unseen |= s.lowered_by(&db);
+                        if !s.up {
+                            self.split_if_lowered(to);
+                        }
+                    }
                 }
             }
         }
@@ -564,7 +632,7 @@ impl World {
                     errors: Some(p.errors),
                     table_state: 'r',
                     end_lsn: Some(p.delivered),
-                    relays: false,
+                    relays: p.relays,
                 });
             }
         }
@@ -579,6 +647,7 @@ impl World {
         }
         s.up = true;
         s.started_at = self.t;
+        s.mono_skew = 0;
         s.nap_until = self.t;
         s.pending = None;
         s.floor_due = None;
@@ -597,7 +666,7 @@ impl World {
                 .map_or(Vec::new(), |r| r.left_pairs.clone()),
         };
         let node = s.node();
-        let (worker, _) = Worker::start(EPOCH, &at, node, &mut s.shm);
+        let (worker, _) = Worker::start(s.epoch, &at, node, &mut s.shm);
         s.worker = Some(worker);
         if let Some(floor_id) = s.remedy {
             self.raise_floor_after_failover(i, floor_id);
@@ -613,11 +682,18 @@ impl World {
         s.worker = None;
         s.pending = None;
         s.txns = vec![None; BACKENDS];
-        if s.lowered_unseen {
-            // The docs' limit: the mark and the claim lowered together, and a restart before
-            // the worker looked. The next life may repeat this one's IDs.
+        self.split_if_lowered(i);
+    }
+
+    /// The docs' limit: the mark and the claim lowered together, and a restart before the worker
+    /// looked. The next life may repeat this one's IDs.
+    fn split_if_lowered(&mut self, i: usize) {
+        if self.servers[i].lowered_unseen {
             let new = self.lineage_max.len();
             self.lineage_max.push(0);
+            if self.copies.contains(&self.servers[i].lineage) {
+                self.copies.insert(new);
+            }
             self.servers[i].lineage = new;
             // Any server may repeat what an earlier life of this one issued above the dump: this
             // one after its restart, and the next holder of its pair, whose hand-over floor is
@@ -678,7 +754,7 @@ impl World {
                 s.shm.refused(),
                 s.lineage,
                 ms(self.lineage_max[s.lineage]),
-                s.db.mark - EPOCH,
+                s.db.mark - s.db.mark_epoch.unwrap_or(s.epoch),
                 s.db.claims
                     .iter()
                     .map(|r| (who(r.claim.system_identifier), r.claim.datacenter, r.claim.worker, ms(r.claim.lease_id), r.claim.retired, r.left_pairs.iter().map(|&l| ms(l)).collect::<Vec<_>>()))
@@ -722,6 +798,10 @@ impl World {
             // the later one's claim).
             let excused = blind
                 || was_blind
+                // A physical copy's IDs (docs/operations.md: never let it issue IDs for shared
+                // data; the fleet check sees it only where its claims reach its original).
+                || self.copies.contains(&other)
+                || self.copies.contains(&lineage)
                 || self.tainted.contains(&other)
                 || self.misinformed.contains(&(i, first))
                 || (first != i
@@ -753,7 +833,7 @@ impl World {
         if !s.up || s.retired || s.floor_due.is_some() {
             return Ok(());
         }
-        let now = T0 + self.t as i64 + s.offset_ms - EPOCH;
+        let now = T0 + self.t as i64 + s.offset_ms - s.epoch;
         let node = s.node();
         match s.shm.next(now, node, s.drift_ms) {
             Ok(Step::Issued(id)) => {
@@ -864,9 +944,13 @@ impl World {
         if check.found.is_some() {
             s.lowered_unseen = false;
         }
-        if let Some(own) = check.write_back {
-            let m = s.db.mark.max(own);
-            s.write_mark(m);
+        if let Some((own, own_epoch)) = check.write_back {
+            // Unless a value that stands for later IDs was set since the look.
+            let found = (s.db.mark, s.db.mark_epoch);
+            if !stands_above(found, s.epoch, (own, own_epoch)) {
+                s.db.mark_epoch = Some(own_epoch);
+                s.write_mark(own);
+            }
             self.commit(i, false);
         }
         // The claim's refresh.
@@ -929,10 +1013,12 @@ impl World {
         let s = &mut self.servers[i];
         // The write's statement reads the mark it raises.
         s.read_mark();
-        let found = s.db.mark;
-        let written = write.mark_unix_ms.max(write.own_unix_ms).max(found);
+        let found = (s.db.mark, s.db.mark_epoch);
+        let written = write.written(found);
         s.write_mark(written);
-        s.db.mark_epoch = Some(write.epoch_ms);
+        if !write.keeps_found(found) {
+            s.db.mark_epoch = Some(write.epoch_ms);
+        }
         let sysid = s.sysid;
         let before = s.db.row(sysid).cloned();
         let node = s.node();
@@ -1008,7 +1094,7 @@ impl World {
     /// restart entered first, ended entries purged, then the horizon under the lock. No ID of a
     /// transaction still open or prepared may be at or below it.
     fn horizon(&mut self, i: usize, advance: bool) -> Result<(), Violation> {
-        let now = self.wall(i) - EPOCH;
+        let now = self.wall(i) - self.servers[i].epoch;
         let s = &mut self.servers[i];
         if !s.up {
             return Ok(());
@@ -1051,7 +1137,7 @@ impl World {
     /// `snowflake_set_floor` with its mark: `floor_id` is the higher), durable before the server
     /// serves writes (a drift raised first if the floor is further ahead of the clock).
     fn raise_floor_after_failover(&mut self, i: usize, floor_id: i64) {
-        let now = self.wall(i) - EPOCH;
+        let now = self.wall(i) - self.servers[i].epoch;
         let s = &mut self.servers[i];
         let ms = decompose(floor_id).map_or(0, |p| p.ms);
         if let Err(snowflake_core::generator::FloorError::TooFarAhead { ahead_ms, .. }) =
@@ -1089,6 +1175,63 @@ impl World {
         }
     }
 
+    /// Server `b`'s machine starts a physical copy of server `a` as of `behind` commits ago.
+    fn clone_server(&mut self, a: usize, b: usize, behind: usize) {
+        let len = self.servers[a].history.len();
+        if a == b || self.servers[a].retired || self.servers[b].retired || len == 0 {
+            return;
+        }
+        let back = behind.min(len - 1);
+        let src = &self.servers[a];
+        let db = src.history[len - 1 - back].1.clone();
+        // A copy of the running server's committed state starts above everything it issued (its
+        // leases were durable before they were used), unless a restore had lowered them unseen
+        // or the floor of a failover's remedy was not yet durable.
+        let whole = back == 0 && !src.lowered_unseen && src.remedy.is_none();
+        let inherited = if whole {
+            self.lineage_max[src.lineage]
+        } else {
+            0
+        };
+        let (sysid, pair, epoch, drift) = (src.sysid, src.pair, src.epoch, src.drift_ms);
+        let prepared = if back == 0 {
+            src.prepared.clone()
+        } else {
+            Vec::new()
+        };
+        let mark_floor_ms = if whole { src.mark_floor_ms } else { 0 };
+        // The second server's own identity ends here, unretired: its claim stays where it
+        // arrived, as a server's that died.
+        self.crash(b);
+        let lineage = self.lineage_max.len();
+        self.lineage_max.push(inherited);
+        self.copies.insert(lineage);
+        let t = self.t;
+        let s = &mut self.servers[b];
+        s.sysid = sysid;
+        s.pair = pair;
+        s.epoch = epoch;
+        s.drift_ms = drift;
+        s.mark_seen = db.mark;
+        s.mark_floor_ms = mark_floor_ms;
+        s.history = VecDeque::from([(t, db.clone())]);
+        s.db = db;
+        s.prepared = prepared;
+        s.lineage = lineage;
+        s.lives = vec![lineage];
+        s.copy = true;
+        s.remedy = None;
+        s.lowered_unseen = false;
+        s.last_issued_at = None;
+        s.looked_at.clear();
+        s.blind_since_refresh = false;
+        s.lease_blind = false;
+        s.pair_since = t;
+        s.claim_written_t = t;
+        s.silent_grant_above = None;
+        self.start(b);
+    }
+
     /// Performs one event.
     pub fn step(&mut self, ev: Ev) -> Result<(), Violation> {
         self.steps += 1;
@@ -1097,6 +1240,12 @@ impl World {
         match ev {
             Ev::Advance(ms) => {
                 self.t += u64::from(ms);
+                for s in self.servers.iter_mut().filter(|s| s.rate_ppm != 0) {
+                    let d = i64::from(ms) * s.rate_ppm + s.skew_frac;
+                    s.offset_ms += d / 1_000_000;
+                    s.mono_skew += d / 1_000_000;
+                    s.skew_frac = d % 1_000_000;
+                }
                 self.deliver();
             }
             Ev::Call(i, b) => self.call(at(i), b as usize % BACKENDS)?,
@@ -1169,6 +1318,7 @@ impl World {
                             // Subscribed again: the copy brings the publisher's row.
                             let mut p = Path {
                                 stalled: false,
+                                relays: false,
                                 queue: VecDeque::new(),
                                 delivered: 0,
                                 errors: 0,
@@ -1176,7 +1326,7 @@ impl World {
                                 last_heard: self.t,
                             };
                             if let Some(row) = row {
-                                p.queue.push_back((due, row));
+                                p.queue.push_back((due, row, false));
                             }
                             *path = Some(p);
                         }
@@ -1228,7 +1378,7 @@ impl World {
                     return Ok(());
                 }
                 let back = (behind as usize).min(len - 1);
-                let old_mark = s.db.mark;
+                let old_mark = s.db.mark - s.db.mark_epoch.unwrap_or(s.epoch);
                 // The old server's last IDs, as its tables (or a replica of them) show them.
                 let last_id = self.lineage_max[s.lineage];
                 let db = s.history[len - 1 - back].1.clone();
@@ -1244,7 +1394,7 @@ impl World {
                 if back > 0 {
                     self.rewound.push((s.lineage, last_id));
                     let mark_id = assemble(
-                        (old_mark - EPOCH).max(0) as u64,
+                        old_mark.max(0) as u64,
                         Node::new(31, 31).expect("pair"),
                         MAX_SEQUENCE,
                     );
@@ -1259,6 +1409,22 @@ impl World {
                     s.prepared.clear();
                 }
                 self.start(i);
+            }
+            Ev::Slew(i, ppm) => self.servers[at(i)].rate_ppm = i64::from(ppm),
+            Ev::Epoch(i, k) => {
+                let i = at(i);
+                if self.servers[i].up {
+                    self.flush(i);
+                    self.crash(i);
+                    self.servers[i].epoch = EPOCHS[k as usize % EPOCHS.len()];
+                    self.start(i);
+                }
+            }
+            Ev::Clone(a, b, behind) => self.clone_server(at(a), at(b), behind as usize),
+            Ev::Relay(a, b, on) => {
+                if let Some(p) = self.paths[at(a)][at(b)].as_mut() {
+                    p.relays = on;
+                }
             }
             Ev::Retire(i) => {
                 let i = at(i);
@@ -1278,6 +1444,11 @@ impl World {
                 let everywhere = others.iter().all(|&k| {
                     self.servers[k].db.row(sysid).is_some()
                         && self.paths[i][k].as_ref().is_none_or(|p| p.queue.is_empty())
+                        && self.paths.iter().flatten().flatten().all(|p| {
+                            p.queue
+                                .iter()
+                                .all(|(_, r, _)| r.claim.system_identifier != sysid)
+                        })
                 });
                 if !everywhere {
                     return Ok(());
@@ -1310,6 +1481,30 @@ impl World {
         for s in self.servers.iter_mut() {
             s.frozen_until = 0;
             s.commits_wait_until = 0;
+            s.rate_ppm = 0;
+        }
+        // Every path direct (`origin = none`), as the docs set a mesh up.
+        for p in self.paths.iter_mut().flatten().flatten() {
+            p.relays = false;
+        }
+        // A physical copy is stopped for good: of the servers with one system identifier, one
+        // (the original, if it still runs) stays.
+        for i in 0..n {
+            let keep = (0..n)
+                .filter(|&k| {
+                    !self.servers[k].retired && self.servers[k].sysid == self.servers[i].sysid
+                })
+                .min_by_key(|&k| (self.servers[k].copy, k));
+            if keep.is_some_and(|k| k != i) && !self.servers[i].retired {
+                // Its machine runs nothing now: the subscriptions to it are dropped, as for any
+                // server that left (a copy cannot be retired).
+                self.crash(i);
+                self.servers[i].retired = true;
+                for k in 0..n {
+                    self.paths[i][k] = None;
+                    self.paths[k][i] = None;
+                }
+            }
         }
         for a in 0..n {
             for b in 0..n {
@@ -1319,6 +1514,18 @@ impl World {
         for i in 0..n {
             self.flush(i);
             self.start(i);
+            // An epoch moved later than the one IDs were issued under is refused: the docs say
+            // to set it back and restart.
+            let recorded = self.servers[i]
+                .worker
+                .as_ref()
+                .map(|w| w.recorded_epoch_ms());
+            if recorded.is_some_and(|r| r < self.servers[i].epoch) {
+                self.flush(i);
+                self.crash(i);
+                self.servers[i].epoch = recorded.expect("recorded");
+                self.start(i);
+            }
         }
         // Distinct pairs: a server that shares its pair moves to a free one.
         for i in 0..n {
@@ -1338,9 +1545,9 @@ impl World {
                 // than the drift (the docs' "a clock that ran ahead": IDs resume once real time
                 // catches up, or at once with a raised drift).
                 let s = &mut self.servers[i];
-                let wall_ms = T0 + self.t as i64 + s.offset_ms - EPOCH;
+                let wall_ms = T0 + self.t as i64 + s.offset_ms - s.epoch;
                 let last = s.shm.last_ms() as i64;
-                let correct = T0 + self.t as i64 - EPOCH;
+                let correct = T0 + self.t as i64 - s.epoch;
                 let target = correct.max(last - s.drift_ms as i64 / 2);
                 s.offset_ms += target - wall_ms;
                 self.tick(i);
@@ -1355,7 +1562,7 @@ impl World {
                 continue;
             }
             if s.last_issued_at.is_none_or(|t| t + RESUME_MS < self.t) {
-                let now = T0 + self.t as i64 + s.offset_ms - EPOCH;
+                let now = T0 + self.t as i64 + s.offset_ms - s.epoch;
                 return Err(Violation::Stalled {
                     server: i,
                     why: format!(
@@ -1419,7 +1626,7 @@ pub fn schedule(seed: u64) -> (Knobs, Vec<Ev>) {
     let mut r = Prng::new(seed);
     let servers = 2 + r.below(3) as usize;
     // Swarm testing: each fault kind is present or absent, and frequent or rare, by the seed.
-    let mut weights = [0u32; 20];
+    let mut weights = [0u32; KINDS];
     let base = [300, 300, 200, 150]; // advance, call, tick, flush
     for (w, b) in weights.iter_mut().zip(base) {
         *w = b;
@@ -1481,11 +1688,18 @@ pub fn schedule(seed: u64) -> (Knobs, Vec<Ev>) {
             ),
             17 => Ev::Finish(srv(&mut r), r.below(MAX_PREPARED as u64) as u8),
             18 => Ev::Horizon(srv(&mut r), r.chance(500)),
-            _ => Ev::Freeze(
+            19 => Ev::Freeze(
                 (!r.chance(300)).then(|| srv(&mut r)),
                 [300, 3_000, 20_000, 60_000][r.below(4) as usize],
                 r.chance(500),
             ),
+            20 => Ev::Slew(
+                srv(&mut r),
+                [500, -500, 50_000, -50_000, 0][r.below(5) as usize],
+            ),
+            21 => Ev::Epoch(srv(&mut r), r.below(EPOCHS.len() as u64) as u8),
+            22 => Ev::Clone(srv(&mut r), srv(&mut r), [0, 0, 1, 5][r.below(4) as usize]),
+            _ => Ev::Relay(srv(&mut r), srv(&mut r), r.chance(700)),
         };
         events.push(ev);
     }
@@ -1586,6 +1800,81 @@ mod tests {
             crash.is_some_and(|c| evs[c..].contains(&Ev::Start(9)))
         };
         assert_eq!(shrink_by(events, fails), vec![Ev::Crash(9), Ev::Start(9)]);
+    }
+
+    /// Runs `events` on a new world of `knobs` (no tail), each event required to hold.
+    fn world(servers: usize, events: &[Ev]) -> World {
+        let mut knobs = schedule(1).0;
+        knobs.servers = servers;
+        knobs.lag_ms = 5;
+        let mut w = World::new(knobs);
+        for &ev in events {
+            w.step(ev).expect("no invariant broken");
+        }
+        w
+    }
+
+    #[test]
+    fn a_path_that_relays_brings_a_third_servers_claim_once() {
+        let sysid0 = 7_000_000_000_000_000_000;
+        let events = [Ev::Drop(0, 2), Ev::Tick(0), Ev::Advance(10)];
+        let w = world(3, &events);
+        assert!(w.servers[2].db.row(sysid0).is_none(), "no path brings it");
+        let mut events = events.to_vec();
+        events.extend([Ev::Relay(1, 2, true), Ev::Relay(2, 1, true)]);
+        events.extend([Ev::Advance(6_000), Ev::Tick(0)]);
+        events.extend([Ev::Advance(10), Ev::Advance(10)]);
+        let w = world(3, &events);
+        assert!(w.servers[2].db.row(sysid0).is_some(), "relayed through 1");
+        let relays = w.readings(2).iter().filter(|r| r.relays).count();
+        assert_eq!(relays, 1, "and the fleet check is told");
+        // Relayed once: rows do not go round between 1 and 2, which relay both ways.
+        assert!(w
+            .paths
+            .iter()
+            .flatten()
+            .flatten()
+            .all(|p| p.queue.is_empty()));
+    }
+
+    #[test]
+    fn a_physical_copy_whose_claims_reach_its_original_is_refused_there() {
+        // Server 1's machine starts a copy of server 0; its claims reach 0, which refuses.
+        let mut events = vec![Ev::Tick(0), Ev::Tick(1), Ev::Clone(0, 1, 0)];
+        for _ in 0..10 {
+            events.extend([
+                Ev::Advance(3_000),
+                Ev::Tick(0),
+                Ev::Tick(1),
+                Ev::Advance(10),
+            ]);
+        }
+        let w = world(2, &events);
+        assert_eq!(w.servers[1].sysid, w.servers[0].sysid);
+        let conflict = w.servers[0].worker.as_ref().and_then(|w| w.conflict());
+        assert_eq!(
+            conflict.map(|c| c.system_identifier),
+            Some(w.servers[0].sysid)
+        );
+        assert!(w.servers[0].shm.refused());
+    }
+
+    #[test]
+    fn a_slewed_clock_drifts_and_an_epoch_moved_is_kept() {
+        let w = world(
+            2,
+            &[Ev::Slew(0, 50_000), Ev::Advance(3_000), Ev::Advance(3_000)],
+        );
+        assert_eq!((w.servers[0].offset_ms, w.mono(0)), (300, 6_300));
+        assert_eq!(w.servers[1].offset_ms, 0);
+        let mut events = vec![Ev::Epoch(1, 1)];
+        for _ in 0..4 {
+            events.extend([Ev::Tick(0), Ev::Call(1, 0), Ev::Tick(1), Ev::Flush(1)]);
+            events.extend([Ev::Advance(3_000), Ev::Advance(10)]);
+        }
+        let w = world(2, &events);
+        assert_eq!(w.servers[1].epoch, EPOCHS[1]);
+        assert_eq!(w.servers[1].db.mark_epoch, Some(EPOCHS[1]));
     }
 
     #[test]
