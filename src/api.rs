@@ -217,7 +217,7 @@ fn epoch_moved_later_error(recorded_ms: i64, configured_ms: i64, ahead_ms: u64) 
         PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
         "snowflake.epoch is later than the epoch this server issued IDs under".into(),
         Some(format!(
-            "IDs were issued under the epoch {} ({recorded_ms} Unix ms); snowflake.epoch is now {} ({configured_ms}). An ID counts milliseconds since its epoch, so new IDs would lie below those already issued until {ahead_ms} ms from now.",
+            "The persisted mark _snowflake.lease_ms was written under the epoch {} ({recorded_ms} Unix ms), by this server's IDs or by a dump or setval brought in; snowflake.epoch is now {} ({configured_ms}). An ID counts milliseconds since its epoch, so new IDs would lie below those the mark stands for until {ahead_ms} ms from now.",
             ts(recorded_ms),
             ts(configured_ms)
         )),

@@ -613,8 +613,9 @@ fn renew(worker: &mut Worker, settings: &Settings, now_ms: u64) {
             settings,
             &mut g.state,
         );
-        g.recorded_epoch_ms = worker.recorded_epoch_ms();
     }
+    // Written, or a mark followed without a write: the errors name its epoch.
+    GENERATOR.exclusive().recorded_epoch_ms = worker.recorded_epoch_ms();
     report_outside_mark(plan.mark_unix_ms, plan.found);
 }
 
@@ -645,7 +646,7 @@ fn report_outside_mark(mark: i64, found: Option<OutsideMark>) {
 /// lowered value).
 fn check_mark(worker: &mut Worker) {
     // An error in the transaction ends the worker, and the protocol's state with it.
-    let mut protocol = AssertUnwindSafe(worker);
+    let mut protocol = AssertUnwindSafe(&mut *worker);
     let (mark, check) = BackgroundWorker::transaction(move || {
         let (mark, recorded) = read_mark();
         let check = protocol.mark_read(mark, recorded, &mut GENERATOR.exclusive().state);
@@ -668,6 +669,8 @@ fn check_mark(worker: &mut Worker) {
         }
         (mark, check)
     });
+    // A mark followed brings its epoch: the errors name it.
+    GENERATOR.exclusive().recorded_epoch_ms = worker.recorded_epoch_ms();
     report_outside_mark(mark, check.found);
 }
 

@@ -140,6 +140,8 @@ pub struct LeaseWrite {
     /// The mark to write: the greatest of `mark_unix_ms`, `own_unix_ms` and the mark's current
     /// value, under `epoch_ms`.
     pub mark_unix_ms: i64,
+    /// The worker's own value of the mark, counted in `epoch_ms`'s milliseconds (it was written
+    /// under the epoch recorded then, which an epoch moved, or a mark followed, makes another).
     pub own_unix_ms: i64,
     pub epoch_ms: i64,
     /// The mark as the look before the write read it, and the epoch recorded beside it.
@@ -511,6 +513,7 @@ impl Worker {
             state.raise_floor(decompose(id).map(|p| p.ms).unwrap_or(0));
         }
         let own = self.own_mark;
+        let own_here = own - self.recorded_epoch_ms + self.epoch_ms;
         let found = state.follow_outside_mark(
             mark_unix_ms,
             recorded_epoch_ms,
@@ -523,7 +526,7 @@ impl Worker {
             .map(|lease_ms| LeaseWrite {
                 lease_ms,
                 mark_unix_ms: self.epoch_ms + lease_ms as i64,
-                own_unix_ms: own,
+                own_unix_ms: own_here,
                 epoch_ms: self.epoch_ms,
                 looked_unix_ms: mark_unix_ms,
                 looked_epoch_ms: recorded_epoch_ms,
@@ -1052,6 +1055,42 @@ mod tests {
             write.looked_unix_ms
         ));
         assert_eq!(s.last_ms(), 30_000);
+    }
+
+    #[test]
+    fn the_workers_own_mark_is_written_in_the_milliseconds_of_the_epoch_written_beside_it() {
+        // The mark was written under an epoch an hour later (snowflake.epoch moved an hour
+        // earlier since, which is allowed): its Unix value stands for ms 30 s of that epoch.
+        let hour = 3_600_000;
+        let mut s = State::awaiting_lease();
+        let read = AtStart {
+            mark_unix_ms: EPOCH + hour + 30_000,
+            recorded_epoch_ms: Some(EPOCH + hour),
+            ..at(0, 0)
+        };
+        let (mut w, _) = Worker::start(EPOCH, &read, node(2), &mut s);
+        assert_eq!(s.last_ms(), 30_000);
+        w.paths_read(0, &[]);
+        w.refreshed(0, refreshed(vec![]), &settings(), &mut s);
+        let write = w
+            .renew_read(
+                EPOCH + 20_000,
+                None,
+                read.mark_unix_ms,
+                read.recorded_epoch_ms,
+                &settings(),
+                &mut s,
+            )
+            .write
+            .expect("a lease is needed");
+        // Ours is ms 30 s under our epoch too, not an hour later: the lease (ms 31 s) is what
+        // the write leaves, under our epoch.
+        assert_eq!(write.own_unix_ms, EPOCH + 30_000);
+        assert_eq!(
+            write.written((read.mark_unix_ms, read.recorded_epoch_ms)),
+            EPOCH + 31_000
+        );
+        assert!(!write.keeps_found((read.mark_unix_ms, read.recorded_epoch_ms)));
     }
 
     #[test]

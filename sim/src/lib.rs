@@ -130,8 +130,10 @@ pub enum Ev {
     Relay(u8, u8, bool),
 }
 
-/// The kinds of events, in `Ev`'s order.
+/// The kinds of events, in `Ev`'s order; the first `CLASSIC` were the world's before slews,
+/// epochs, copies and relays joined.
 const KINDS: usize = 24;
+const CLASSIC: usize = 20;
 /// Backends per server, each with at most one open transaction.
 const BACKENDS: usize = 3;
 /// `max_prepared_transactions`: PostgreSQL refuses a PREPARE beyond it, and the prepared
@@ -1631,13 +1633,23 @@ pub fn schedule(seed: u64) -> (Knobs, Vec<Ev>) {
     for (w, b) in weights.iter_mut().zip(base) {
         *w = b;
     }
-    for w in weights.iter_mut().skip(4) {
-        *w = match r.below(4) {
-            0 => 0,
-            1 => 1,
-            2 => 3,
-            _ => 10,
-        };
+    let swarm = |r: &mut Prng| match r.below(4) {
+        0 => 0,
+        1 => 1,
+        2 => 3,
+        _ => 10,
+    };
+    for w in weights.iter_mut().take(CLASSIC).skip(4) {
+        *w = swarm(&mut r);
+    }
+    // The kinds added last (slews, epochs, copies, relays) are drawn from a stream of their own,
+    // and half the schedules have none of them: those are the schedules the world made before
+    // they joined, seed for seed, so that they dilute nothing of what it found then.
+    let mut late = Prng::new(seed ^ 0x005e_ed0f_1a7e_c0de);
+    if late.chance(500) {
+        for w in weights.iter_mut().skip(CLASSIC) {
+            *w = swarm(&mut late);
+        }
     }
     let knobs = Knobs {
         servers,
