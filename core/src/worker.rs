@@ -964,15 +964,20 @@ mod tests {
 
     /// A worker started on a mark at 1 s, its claims looked at, planning its first lease at 20 s.
     fn first_lease_at_20s() -> (State, Worker, LeaseWrite) {
+        first_lease_at_20s_from(&at(1_000, 0))
+    }
+
+    /// The same, started on `read`, the mark read again unchanged.
+    fn first_lease_at_20s_from(read: &AtStart) -> (State, Worker, LeaseWrite) {
         let mut s = State::awaiting_lease();
-        let (mut w, _) = Worker::start(EPOCH, &at(1_000, 0), node(2), &mut s);
+        let (mut w, _) = Worker::start(EPOCH, read, node(2), &mut s);
         w.paths_read(0, &[]);
         w.refreshed(0, refreshed(vec![]), &settings(), &mut s);
         let plan = w.renew_read(
             EPOCH + 20_000,
             None,
-            EPOCH + 1_000,
-            Some(EPOCH),
+            read.mark_unix_ms,
+            read.recorded_epoch_ms,
             &settings(),
             &mut s,
         );
@@ -1031,21 +1036,7 @@ mod tests {
         ));
         assert_eq!(s.last_ms(), 20_500);
         // Our own values written back are no floor.
-        let mut s = State::awaiting_lease();
-        let (mut w, _) = Worker::start(EPOCH, &at(30_000, 0), node(2), &mut s);
-        w.paths_read(0, &[]);
-        w.refreshed(0, refreshed(vec![]), &settings(), &mut s);
-        let write = w
-            .renew_read(
-                EPOCH + 20_000,
-                None,
-                EPOCH + 30_000,
-                Some(EPOCH),
-                &settings(),
-                &mut s,
-            )
-            .write
-            .expect("a lease is needed");
+        let (mut s, mut w, write) = first_lease_at_20s_from(&at(30_000, 0));
         assert!(committed(
             &mut w,
             &mut s,
@@ -1062,27 +1053,13 @@ mod tests {
         // The mark was written under an epoch an hour later (snowflake.epoch moved an hour
         // earlier since, which is allowed): its Unix value stands for ms 30 s of that epoch.
         let hour = 3_600_000;
-        let mut s = State::awaiting_lease();
         let read = AtStart {
             mark_unix_ms: EPOCH + hour + 30_000,
             recorded_epoch_ms: Some(EPOCH + hour),
             ..at(0, 0)
         };
-        let (mut w, _) = Worker::start(EPOCH, &read, node(2), &mut s);
+        let (s, _, write) = first_lease_at_20s_from(&read);
         assert_eq!(s.last_ms(), 30_000);
-        w.paths_read(0, &[]);
-        w.refreshed(0, refreshed(vec![]), &settings(), &mut s);
-        let write = w
-            .renew_read(
-                EPOCH + 20_000,
-                None,
-                read.mark_unix_ms,
-                read.recorded_epoch_ms,
-                &settings(),
-                &mut s,
-            )
-            .write
-            .expect("a lease is needed");
         // Ours is ms 30 s under our epoch too, not an hour later: the lease (ms 31 s) is what
         // the write leaves, under our epoch.
         assert_eq!(write.own_unix_ms, EPOCH + 30_000);
