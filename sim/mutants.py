@@ -86,7 +86,7 @@ MUTANTS = [
      "        if found != (write.looked_unix_ms, write.looked_epoch_ms) {",
      "        if false {")], None),
     ("judge the mark by its Unix time alone, not by the epoch beside it", [("lease.rs",
-     "        lowered: mark_unix_ms - epoch < own_unix_ms - own_epoch_ms,",
+     "        lowered: stands_above(\n            (own_unix_ms, Some(own_epoch_ms)),\n            epoch_ms,\n            (mark_unix_ms, epoch),\n        ),",
      "        lowered: mark_unix_ms < own_unix_ms,")], None),
     ("take a mark set between the look and the write under our own epoch", [("worker.rs",
      "            state.raise_floor(restored_floor(found.0, found.1, self.epoch_ms));",

@@ -82,7 +82,11 @@ pub fn outside_mark(
     let epoch = recorded_epoch_ms.unwrap_or(epoch_ms);
     (mark_unix_ms != own_unix_ms || epoch != own_epoch_ms).then(|| OutsideMark {
         floor: restored_floor(mark_unix_ms, recorded_epoch_ms, epoch_ms),
-        lowered: mark_unix_ms - epoch < own_unix_ms - own_epoch_ms,
+        lowered: stands_above(
+            (own_unix_ms, Some(own_epoch_ms)),
+            epoch_ms,
+            (mark_unix_ms, epoch),
+        ),
     })
 }
 

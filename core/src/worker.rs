@@ -407,8 +407,7 @@ impl Worker {
             Some(f) if f.lowered => Some(own),
             // Raised: followed, and the worker's own from now on, with its epoch.
             Some(_) => {
-                self.own_mark = mark_unix_ms;
-                self.recorded_epoch_ms = recorded_epoch_ms.unwrap_or(self.epoch_ms);
+                self.take_as_own(mark_unix_ms, recorded_epoch_ms);
                 None
             }
             None => None,
@@ -535,8 +534,7 @@ impl Worker {
         if write.is_none() && found.is_some_and(|f| !f.lowered) {
             // Raised: followed, and the worker's own from now on. (A lowered mark is written
             // back by the next look.)
-            self.own_mark = mark_unix_ms;
-            self.recorded_epoch_ms = recorded_epoch_ms.unwrap_or(self.epoch_ms);
+            self.take_as_own(mark_unix_ms, recorded_epoch_ms);
         }
         RenewPlan {
             mark_unix_ms,
@@ -571,12 +569,12 @@ impl Worker {
             // back.)
             state.raise_floor(restored_floor(found.0, found.1, self.epoch_ms));
         }
-        self.own_mark = written_unix_ms;
-        self.recorded_epoch_ms = if write.keeps_found(found) {
-            found.1.unwrap_or(self.epoch_ms)
+        let epoch = if write.keeps_found(found) {
+            found.1
         } else {
-            write.epoch_ms
+            Some(write.epoch_ms)
         };
+        self.take_as_own(written_unix_ms, epoch);
         let silent = self.claim_silent(now_ms, settings.claim_expiry_ms);
         if let Some(stamp) = claim_written {
             self.copies.observe(now_ms, claim_before);
@@ -590,6 +588,14 @@ impl Worker {
         }
         self.grant(write, state);
         true
+    }
+
+    /// The mark now holds `mark_unix_ms` under `epoch_ms` (`None`: none recorded, read as the
+    /// configured one), and the worker takes both as its own: any other value found later was
+    /// written by someone else.
+    fn take_as_own(&mut self, mark_unix_ms: i64, epoch_ms: Option<i64>) {
+        self.own_mark = mark_unix_ms;
+        self.recorded_epoch_ms = epoch_ms.unwrap_or(self.epoch_ms);
     }
 
     /// Whether this server's claim was last written so long before `now_ms` that a peer watching

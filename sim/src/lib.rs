@@ -1177,6 +1177,17 @@ impl World {
         }
     }
 
+    /// Server `i`, if it is up, is restarted cleanly (what is pending commits first) with what
+    /// `change` sets in its configuration.
+    fn restart(&mut self, i: usize, change: impl FnOnce(&mut Server)) {
+        if self.servers[i].up {
+            self.flush(i);
+            self.crash(i);
+            change(&mut self.servers[i]);
+            self.start(i);
+        }
+    }
+
     /// Server `b`'s machine starts a physical copy of server `a` as of `behind` commits ago.
     fn clone_server(&mut self, a: usize, b: usize, behind: usize) {
         let len = self.servers[a].history.len();
@@ -1280,16 +1291,7 @@ impl World {
             }
             Ev::Crash(i) => self.crash(at(i)),
             Ev::Start(i) => self.start(at(i)),
-            Ev::Move(i, p) => {
-                let i = at(i);
-                if self.servers[i].up {
-                    // A clean stop: what is pending commits first.
-                    self.flush(i);
-                    self.crash(i);
-                    self.servers[i].pair = p as usize % PAIRS.len();
-                    self.start(i);
-                }
-            }
+            Ev::Move(i, p) => self.restart(at(i), |s| s.pair = p as usize % PAIRS.len()),
             Ev::Stall(a, b) | Ev::Heal(a, b) | Ev::Drop(a, b) => {
                 let (a, b) = (at(a), at(b));
                 if a == b || self.servers[a].retired || self.servers[b].retired {
@@ -1414,13 +1416,7 @@ impl World {
             }
             Ev::Slew(i, ppm) => self.servers[at(i)].rate_ppm = i64::from(ppm),
             Ev::Epoch(i, k) => {
-                let i = at(i);
-                if self.servers[i].up {
-                    self.flush(i);
-                    self.crash(i);
-                    self.servers[i].epoch = EPOCHS[k as usize % EPOCHS.len()];
-                    self.start(i);
-                }
+                self.restart(at(i), |s| s.epoch = EPOCHS[k as usize % EPOCHS.len()]);
             }
             Ev::Clone(a, b, behind) => self.clone_server(at(a), at(b), behind as usize),
             Ev::Relay(a, b, on) => {
@@ -1522,11 +1518,8 @@ impl World {
                 .worker
                 .as_ref()
                 .map(|w| w.recorded_epoch_ms());
-            if recorded.is_some_and(|r| r < self.servers[i].epoch) {
-                self.flush(i);
-                self.crash(i);
-                self.servers[i].epoch = recorded.expect("recorded");
-                self.start(i);
+            if let Some(r) = recorded.filter(|&r| r < self.servers[i].epoch) {
+                self.restart(i, |s| s.epoch = r);
             }
         }
         // Distinct pairs: a server that shares its pair moves to a free one.
