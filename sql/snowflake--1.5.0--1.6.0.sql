@@ -1,7 +1,8 @@
 -- snowflake 1.5.0 -> 1.6.0: snowflake_set_floor_from() and snowflake_unadopt() read a table
 -- as its owner, for the failover and removal recipes (a superuser who planned max(id) over a
 -- table ran its owner's index predicates as superuser). snowflake_node() says who owns the
--- lease database (lease_database_owner, lease_database_trusted). Partitions are computed in
+-- lease database (lease_database_owner, lease_database_trusted) and where the pair came from
+-- (pair_source). Partitions are computed in
 -- UTC whatever the session's TimeZone (a step of days is that many 24 hours), infinity and times
 -- outside the layout are refused before any work, and a cut-off outside the layout drops nothing
 -- (before the epoch) or every bounded partition (after its end).
@@ -127,7 +128,7 @@ BEGIN
         STRICT VOLATILE PARALLEL SAFE LANGUAGE c AS 'MODULE_PATHNAME', 'snowflake_node_1_5_wrapper';
         ALTER EXTENSION snowflake DROP FUNCTION @extschema@.snowflake_node_1_5();
         RAISE WARNING 'snowflake_node() of 1.5.0 is kept as snowflake_node_1_5() for %', dependents
-            USING DETAIL = 'snowflake_node() has the columns lease_database_owner and lease_database_trusted from 1.6.0 on; these objects keep the columns they were made with.',
+            USING DETAIL = 'snowflake_node() has the columns lease_database_owner, lease_database_trusted and pair_source from 1.6.0 on; these objects keep the columns they were made with.',
                   HINT = 'Recreate them on snowflake_node() when convenient, then drop snowflake_node_1_5().';
     END IF;
 END
@@ -146,7 +147,8 @@ CREATE  FUNCTION "snowflake_node"() RETURNS TABLE (
 	"claim_conflict_seen" timestamp with time zone,  /* Option < TimestampWithTimeZone > */
 	"pair_set" bool,  /* bool */
 	"lease_database_owner" TEXT,  /* Option < String > */
-	"lease_database_trusted" bool  /* Option < bool > */
+	"lease_database_trusted" bool,  /* Option < bool > */
+	"pair_source" TEXT  /* String */
 )
 STRICT VOLATILE PARALLEL SAFE
 LANGUAGE c /* Rust */

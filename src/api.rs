@@ -5,7 +5,7 @@ use crate::core::generator::{issue, GenError, IssueError, Step};
 use crate::core::layout::{self, decompose};
 use crate::core::time::{pg_timestamp_to_unix_ms, unix_ms_to_pg_timestamp};
 use crate::errors;
-use crate::generator::{self, DatabaseTrust};
+use crate::generator::{self, DatabaseTrust, PairState};
 use pgrx::prelude::*;
 
 /// `snowflake_nextval()`, written as a bare V1 C function rather than a `#[pg_extern]`.
@@ -85,12 +85,20 @@ unsafe extern "C-unwind" fn nextval_slow(first: &Option<Result<Step, GenError>>)
     match result {
         Ok(id) => id,
         Err(IssueError::Gen(GenError::Refused)) => {
-            let (foreign, trust, database) = {
+            let (foreign, trust, database, pair) = {
                 let g = generator::GENERATOR.share();
-                (g.foreign.get(), g.database_trust, g.database_owner.get())
+                (
+                    g.foreign.get(),
+                    g.database_trust,
+                    g.database_owner.get(),
+                    g.pair,
+                )
             };
             if let (DatabaseTrust::Refused, Some((database, owner))) = (trust, database) {
                 untrusted_database(&database, &owner, crate::lease::FOREIGN_RECHECK)
+            }
+            if pair.refuses() {
+                pair_refused(pair)
             }
             match foreign {
                 Some((what, owner)) => foreign_object(
@@ -288,6 +296,40 @@ fn foreign_object(what: &str, owner: &str, database: &str, recheck: std::time::D
             "A superuser should find out who made it and why. If it holds no mark of this server (it was made before snowflake first ran there), drop it (DROP SCHEMA _snowflake CASCADE, in database \"{database}\"); if a superuser made it, give it to one (ALTER ... OWNER TO a superuser). The worker looks again every {} s.",
             recheck.as_secs()
         )),
+    )
+}
+
+/// The pair comes from the Citus group (`snowflake.pair_source`), and there is none to use.
+fn pair_refused(pair: PairState) -> ! {
+    let source = config::pair_source().name();
+    let database = config::citus_database().unwrap_or_default();
+    let (message, detail, hint) = match pair {
+        PairState::Changed { recorded, now } => (
+            format!("snowflake ID generation is refused: this node's Citus group changed from {recorded} to {now}"),
+            format!("snowflake.pair_source is '{source}': this node's pair came from Citus group {recorded}, recorded in _snowflake.citus_group in database \"{}\", and the Citus metadata of database \"{database}\" gives it group {now} now. Citus gives a node a new group when it is removed and added again, and a node started from another node's backup carries that node's group; the node stops rather than switch pairs unseen.", config::database()),
+            format!("If this node was removed and added again, or is a new node made from another node's backup, let it take the new group: DELETE FROM _snowflake.citus_group in database \"{}\", then restart it (its IDs continue above every ID it issued). Otherwise find out why Citus gave it another group.", config::database()),
+        ),
+        PairState::Beyond { group, max } => (
+            format!("snowflake ID generation is refused: Citus group {group} is beyond what snowflake.pair_source = '{source}' holds"),
+            format!("With '{source}' a node's pair comes from its Citus group, and groups 0 to {max} have pairs; Citus never gives a group number twice, so nodes added and removed use them up."),
+            "With 'citus_in_datacenter', set snowflake.pair_source = 'citus' (groups up to 1023) and restart; beyond 1023, give the node a pair of its own (snowflake.pair_source = 'config' with snowflake.datacenter_id and snowflake.worker_id) that no other node holds.".to_string(),
+        ),
+        PairState::Untrusted => (
+            "snowflake ID generation is refused: the Citus worker does not trust the Citus metadata".to_string(),
+            format!("snowflake.pair_source is '{source}', and a table or function of Citus that the worker reads in database \"{database}\" is not owned by a superuser (the server log names it)."),
+            "A superuser should find out who made it and why; the worker looks again every 5 s.".to_string(),
+        ),
+        _ => (
+            "snowflake ID generation is refused: this node is not in a Citus cluster yet".to_string(),
+            format!("snowflake.pair_source is '{source}': this node's pair comes from its Citus group, which the Citus metadata of database \"{database}\" does not give yet (a worker has one once a coordinator has added it)."),
+            "Add the node from the coordinator (SELECT citus_add_node('host', port)); on the coordinator itself, SELECT citus_set_coordinator_host('host', port). IDs are issued a few seconds later, with no restart.".to_string(),
+        ),
+    };
+    errors::raise(
+        PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+        message,
+        Some(detail),
+        Some(&hint),
     )
 }
 

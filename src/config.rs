@@ -6,6 +6,7 @@
 //! parsers and unit flags (`'1.5min'` means what PostgreSQL means by it), and a bad one stops the
 //! server at start-up with PostgreSQL's own message for that mistake.
 
+use crate::core::citus::PairSource;
 use crate::core::layout::{Node, MAX_DATACENTER, MAX_TIMESTAMP, MAX_WORKER, TWITTER_EPOCH_MS};
 use crate::core::time::{parse_epoch, Clock, SystemClock, LATEST_EPOCH_UNIX_MS};
 use crate::errors;
@@ -13,7 +14,7 @@ use pgrx::guc::{GucContext, GucFlags, GucRegistry, GucSetting};
 use pgrx::{pg_guard, pg_sys, PgLogLevel, PgSqlErrorCode};
 use std::ffi::{CStr, CString};
 use std::fmt::Display;
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicU8, Ordering};
 
 pub const DEFAULT_EPOCH: &CStr = c"2010-11-04 01:42:54.657+00";
 pub const DEFAULT_MAX_CLOCK_DRIFT_MS: f64 = 10_000.0;
@@ -34,6 +35,9 @@ static CLAIM_EXPIRY: GucSetting<i32> = GucSetting::<i32>::new(DEFAULT_CLAIM_EXPI
 static TRACK_HORIZON: GucSetting<bool> = GucSetting::<bool>::new(true);
 static DATABASE: GucSetting<Option<CString>> =
     GucSetting::<Option<CString>>::new(Some(c"postgres"));
+static PAIR_SOURCE: GucSetting<Option<CString>> =
+    GucSetting::<Option<CString>>::new(Some(c"config"));
+static CITUS_DATABASE: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(None);
 
 // Set once in `_PG_init` (in the postmaster when preloaded, so every backend inherits them) and
 // constant afterwards: the settings behind them can only change with a restart.
@@ -41,6 +45,7 @@ static PRELOADED: AtomicBool = AtomicBool::new(false);
 static PAIR_SET: AtomicBool = AtomicBool::new(false);
 static EPOCH_MS: AtomicI64 = AtomicI64::new(TWITTER_EPOCH_MS);
 static NODE_BITS: AtomicU64 = AtomicU64::new(0);
+static SOURCE: AtomicU8 = AtomicU8::new(PairSource::Config as u8);
 
 pub fn preloaded() -> bool {
     PRELOADED.load(Ordering::Relaxed)
@@ -74,8 +79,29 @@ pub fn epoch_ms() -> i64 {
     EPOCH_MS.load(Ordering::Relaxed)
 }
 
-pub fn node() -> Node {
+/// The pair `snowflake.datacenter_id` and `snowflake.worker_id` name. The pair in use is
+/// [`crate::generator::node`]: this one, or one made from the Citus group (`pair_source`).
+pub fn configured_node() -> Node {
     Node::from_bits(NODE_BITS.load(Ordering::Relaxed))
+}
+
+/// `snowflake.pair_source`.
+pub fn pair_source() -> PairSource {
+    match SOURCE.load(Ordering::Relaxed) {
+        1 => PairSource::Citus,
+        2 => PairSource::CitusInDatacenter,
+        _ => PairSource::Config,
+    }
+}
+
+/// `snowflake.citus_database`: the database of this node's Citus cluster, where the Citus worker
+/// reads the node's group and asks the other nodes for their claims; `None` when not set (no
+/// Citus worker runs).
+pub fn citus_database() -> Option<String> {
+    CITUS_DATABASE
+        .get()
+        .map(|c| c.to_string_lossy().into_owned())
+        .filter(|d| !d.is_empty())
 }
 
 /// Whether `snowflake.datacenter_id` or `snowflake.worker_id` was set by any source (a
@@ -168,6 +194,8 @@ enum TextCheck {
     Any,
     /// `epoch_of`: from 1970 on, and its 41 bits not used up.
     Epoch,
+    /// One of `PairSource::NAMES`.
+    PairSource,
 }
 
 /// One setting, as it is defined, checked at start-up, and named in the typo check.
@@ -257,6 +285,26 @@ static SETTINGS: &[Setting] = &[
         },
     },
     Setting {
+        name: c"snowflake.pair_source",
+        short: c"Where this server's datacenter and worker ID come from: config, citus or citus_in_datacenter.",
+        long: c"config: snowflake.datacenter_id and snowflake.worker_id. citus: the node's Citus group (0..1023) is the whole pair. citus_in_datacenter: snowflake.datacenter_id, and the group (0..31) as the worker ID.",
+        context: Context::Restart,
+        kind: Kind::Text {
+            value: &PAIR_SOURCE,
+            check: TextCheck::PairSource,
+        },
+    },
+    Setting {
+        name: c"snowflake.citus_database",
+        short: c"Database of this node's Citus cluster, for pairs from Citus groups and the fleet check through Citus.",
+        long: c"When set, a worker connects to it, reads the node's group and asks every node of the cluster for its claim over Citus's connections. Empty: no Citus worker.",
+        context: Context::Restart,
+        kind: Kind::Text {
+            value: &CITUS_DATABASE,
+            check: TextCheck::Any,
+        },
+    },
+    Setting {
         name: c"snowflake.track_horizon",
         short: c"Tracks the smallest snowflake ID of every open transaction, for snowflake_horizon().",
         long: c"Costs one compare in snowflake_nextval() and one at the end of a transaction that took an ID; off makes snowflake_horizon() raise an error.",
@@ -296,7 +344,7 @@ impl Setting {
             }
             Kind::Text {
                 value,
-                check: TextCheck::Any,
+                check: TextCheck::Any | TextCheck::PairSource,
             } => {
                 GucRegistry::define_string_guc(name, short, long, value, context, GucFlags::empty())
             }
@@ -379,6 +427,23 @@ impl Setting {
                 TextCheck::Any => {}
                 TextCheck::Epoch => {
                     epoch_of(&text, PgLogLevel::FATAL);
+                }
+                TextCheck::PairSource => {
+                    if PairSource::parse(&text).is_none() {
+                        fatal(
+                            PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+                            format!(
+                                "invalid value for parameter \"{}\": \"{text}\"",
+                                self.name()
+                            ),
+                            Some(format!(
+                                "\"{}\" takes {}.",
+                                self.name(),
+                                PairSource::NAMES.join(", ")
+                            )),
+                            Some("Fix the setting in postgresql.conf (or postgresql.auto.conf) and start the server again."),
+                        );
+                    }
                 }
             },
         }
@@ -494,11 +559,47 @@ fn all_setting_names() -> Vec<String> {
 /// (name and source). A setting that is absent, or present with `PGC_S_DEFAULT`, was not set: a
 /// server that writes 0 chose 0.
 fn pair_set_in(settings: &[(String, pg_sys::GucSource::Type)]) -> bool {
-    settings.iter().any(|(name, source)| {
-        (name.eq_ignore_ascii_case("snowflake.datacenter_id")
-            || name.eq_ignore_ascii_case("snowflake.worker_id"))
-            && *source != pg_sys::GucSource::PGC_S_DEFAULT
+    is_set(settings, "snowflake.datacenter_id") || is_set(settings, "snowflake.worker_id")
+}
+
+/// Whether any source set the setting `name` (even to its default value).
+fn is_set(settings: &[(String, pg_sys::GucSource::Type)], name: &str) -> bool {
+    settings.iter().any(|(n, source)| {
+        n.eq_ignore_ascii_case(name) && *source != pg_sys::GucSource::PGC_S_DEFAULT
     })
+}
+
+/// A pair from the Citus group needs the Citus database, and a pair setting that the group
+/// replaces is a contradiction: both stop the server at start-up rather than leave one of the
+/// two silently unused.
+fn check_pair_source(source: PairSource, settings: &[(String, pg_sys::GucSource::Type)]) {
+    if !source.from_citus() {
+        return;
+    }
+    let name = source.name();
+    if citus_database().is_none() {
+        fatal(
+            PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+            format!("snowflake.pair_source = '{name}' needs snowflake.citus_database"),
+            Some("The pair comes from the node's Citus group, which the Citus worker reads in the database where the citus extension is.".into()),
+            Some("Set snowflake.citus_database to that database in postgresql.conf and start the server again."),
+        );
+    }
+    let replaced: &[&str] = match source {
+        PairSource::Citus => &["snowflake.datacenter_id", "snowflake.worker_id"],
+        _ => &["snowflake.worker_id"],
+    };
+    if let Some(set) = replaced.iter().find(|n| is_set(settings, n)) {
+        fatal(
+            PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+            format!("{set} is set, but snowflake.pair_source = '{name}' takes it from the node's Citus group"),
+            Some(match source {
+                PairSource::Citus => "With 'citus' the group is the whole pair (datacenter_id = group / 32, worker_id = group % 32).".to_string(),
+                _ => "With 'citus_in_datacenter' the group is the worker_id, and snowflake.datacenter_id names the cluster.".to_string(),
+            }),
+            Some("Remove the setting from postgresql.conf (or postgresql.auto.conf, with ALTER SYSTEM RESET), or set snowflake.pair_source = 'config', and start the server again."),
+        );
+    }
 }
 
 /// Two servers left on the default pair (0, 0) issue the same IDs, and nothing else would tell
@@ -641,8 +742,14 @@ pub fn init_preloaded() {
     };
 
     // Read from the defined settings, which keep the source of the placeholders they replace.
-    let pair_set = pair_set_in(&all_settings());
-    if !pair_set {
+    let settings = all_settings();
+    let source = PAIR_SOURCE
+        .get()
+        .and_then(|s| PairSource::parse(&s.to_string_lossy()))
+        .unwrap_or(PairSource::Config);
+    check_pair_source(source, &settings);
+    let pair_set = pair_set_in(&settings);
+    if !pair_set && !source.from_citus() {
         warn_default_pair();
     }
     let epoch_text = EPOCH
@@ -667,6 +774,7 @@ pub fn init_preloaded() {
     let node = Node::new(DATACENTER_ID.get().into(), WORKER_ID.get().into())
         .expect("PostgreSQL keeps the pair within the bounds defined above");
     NODE_BITS.store(node.bits(), Ordering::Relaxed);
+    SOURCE.store(source as u8, Ordering::Relaxed);
     PRELOADED.store(true, Ordering::Relaxed);
 }
 

@@ -249,9 +249,12 @@ fn read_paths() -> Vec<PathReading> {
     })
 }
 
-/// The paths as they are now, in a transaction of their own (for [`crate::core::fleet::CatchUp`]).
-pub fn paths_now() -> Vec<PathReading> {
-    BackgroundWorker::transaction(read_paths)
+/// The paths as they are now, in a transaction of their own (for [`crate::core::fleet::CatchUp`]):
+/// the subscriptions, and the Citus nodes (see [`crate::citus::peers`]).
+pub fn paths_now(now_ms: u64) -> Vec<PathReading> {
+    let mut paths = BackgroundWorker::transaction(read_paths);
+    paths.extend(crate::citus::peers(now_ms, system_identifier()).2);
+    paths
 }
 
 /// Writes this server's claim, reads the others' on its pair, and gives both to the protocol
@@ -296,23 +299,51 @@ pub fn refresh(worker: &mut Worker, settings: &Settings, now_ms: u64) {
                 (dc as i32).into(),
                 (w as i32).into(),
                 lease_id.into(),
-                left.into(),
+                left.clone().into(),
             ],
         )
         .expect("the claim written");
-        Refreshed {
-            own_before: own,
-            written,
-            claims: read_claims(),
-            left_pairs: read_left_pairs(),
-            paths: read_paths(),
-        }
+        let stated = Claim {
+            system_identifier: me,
+            datacenter: dc,
+            worker: w,
+            version: written.last_seen_unix_ms,
+            ..written
+        };
+        (
+            Refreshed {
+                own_before: own,
+                written,
+                claims: read_claims(),
+                left_pairs: read_left_pairs(),
+                paths: read_paths(),
+            },
+            stated,
+            left,
+        )
     });
+    let (mut read, stated, left) = read;
+    // The other Citus nodes' claims, as the Citus worker last asked them: judged by the same
+    // rule as the rows replication brings, each node a path.
+    let (claims, left_pairs, paths) = crate::citus::peers(now_ms, me);
+    read.claims.extend(claims);
+    read.left_pairs.extend(left_pairs);
+    read.paths.extend(paths);
     let view = {
         let mut g = GENERATOR.exclusive();
         let view = worker.refreshed(now_ms, read, settings, &mut g.state);
         g.conflict = view.conflict.unwrap_or(Claim::NONE);
         g.claims_stale = view.claims_stale;
+        // The pair's own refusal (a Citus group not known or changed) stands whatever the claims say.
+        if g.pair.refuses() {
+            g.state.set_refused(true);
+        }
+        // What other Citus nodes read in `snowflake.fleet_claim`: the row just committed (its
+        // `last_seen`, a new value at every refresh, is the version they watch).
+        g.own_claim = stated;
+        let keep = &left[left.len().saturating_sub(g.own_left.len())..];
+        g.own_left[..keep.len()].copy_from_slice(keep);
+        g.own_left_len = keep.len() as u32;
         view
     };
     for event in view.events {
@@ -353,7 +384,7 @@ pub fn last_seen(c: &Claim) -> Option<TimestampWithTimeZone> {
 
 /// The error of `snowflake_nextval()` while another live server claims our pair.
 pub fn refuse() -> ! {
-    let node = config::node();
+    let node = crate::generator::node();
     let (other, stale) = {
         let g = GENERATOR.share();
         (g.conflict().unwrap_or(Claim::NONE), g.claims_stale)

@@ -38,6 +38,47 @@ pub struct Shared {
     /// While the lease worker waits at start for the claims paths to bring the claims up to date
     /// (see [`crate::core::fleet::CatchUp`]) before it grants the first lease.
     pub awaiting_claims: bool,
+    /// The pair IDs are issued with ([`node`]): the configured one, or the one of the Citus group
+    /// once the lease worker knows it.
+    pub node_bits: u64,
+    /// Where that pair came from, and why there is none while there is none.
+    pub pair: PairState,
+    /// This server's claim as its lease worker last wrote it, for `snowflake.fleet_claim`
+    /// (system identifier 0 until then), and the pairs it left.
+    pub own_claim: crate::core::fleet::Claim,
+    pub own_left: [i64; 16],
+    pub own_left_len: u32,
+}
+
+/// Where the pair in use came from ([`crate::core::citus`]).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+#[repr(C)]
+pub enum PairState {
+    /// `snowflake.datacenter_id` and `snowflake.worker_id`.
+    Configured,
+    /// The Citus group, not known yet: refused.
+    Unknown,
+    /// The Citus group, recorded in `_snowflake.citus_group`.
+    Group(i64),
+    /// Citus gives another group than the one recorded: refused.
+    Changed { recorded: i64, now: i64 },
+    /// A group the pair source cannot hold: refused.
+    Beyond { group: i64, max: i64 },
+    /// The Citus worker refuses the cluster's metadata (an object no superuser owns), and no
+    /// group is recorded yet: refused.
+    Untrusted,
+}
+
+impl PairState {
+    /// Whether the generator refuses because of it.
+    pub fn refuses(self) -> bool {
+        !matches!(self, PairState::Configured | PairState::Group(_))
+    }
+}
+
+/// The pair IDs are issued with now.
+pub fn node() -> crate::core::layout::Node {
+    crate::core::layout::Node::from_bits(GENERATOR.share().node_bits)
 }
 
 /// Whether the lease worker trusts `snowflake.database`: a superuser must own it, since its
@@ -112,6 +153,15 @@ impl Default for Shared {
             database_owner: ForeignObject::NONE,
             database_trust: DatabaseTrust::Unknown,
             awaiting_claims: false,
+            node_bits: crate::config::configured_node().bits(),
+            pair: if crate::config::pair_source().from_citus() {
+                PairState::Unknown
+            } else {
+                PairState::Configured
+            },
+            own_claim: crate::core::fleet::Claim::NONE,
+            own_left: [0; 16],
+            own_left_len: 0,
         }
     }
 }
@@ -121,8 +171,9 @@ impl Shared {
     pub fn conflict(&self) -> Option<crate::core::fleet::Claim> {
         (self.state.refused()
             && self.foreign.get().is_none()
-            && self.database_trust != DatabaseTrust::Refused)
-            .then_some(self.conflict)
+            && self.database_trust != DatabaseTrust::Refused
+            && !self.pair.refuses())
+        .then_some(self.conflict)
     }
 }
 
@@ -193,7 +244,6 @@ pub unsafe fn hot_attempt(
             crate::core::time::Clock::now_unix_ms(&crate::core::time::SystemClock)
                 - crate::config::epoch_ms()
         };
-        let node = crate::config::node();
         let drift = crate::config::max_clock_drift_ms();
         // The clock is read before the lock, so that the critical section stays a few dozen
         // instructions: with the read inside it, two busy backends collide on the lock so often
@@ -205,6 +255,9 @@ pub unsafe fn hot_attempt(
         // really went back is treated as one. That costs a second read only in that case.
         let early = read();
         unguarded::LWLockAcquire(hot.lock, pg_sys::LWLockMode::LW_EXCLUSIVE);
+        // The pair is read under the lock: from the Citus group, it is known only once the lease
+        // worker has read it.
+        let node = crate::core::layout::Node::from_bits((*hot.shared).node_bits);
         let state = &mut (*hot.shared).state;
         let now = if state.is_stale(early) { read() } else { early };
         let step = state.next(now, node, drift);

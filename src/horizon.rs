@@ -390,8 +390,8 @@ fn read_horizon(function: &str, advance: bool) -> i64 {
     if advance {
         advance_idle_generator();
     }
-    let node = config::node();
     let shared = GENERATOR.share();
+    let node = crate::core::layout::Node::from_bits(shared.node_bits);
     let p = shared.state.position(node);
     let h = unsafe { SEGMENT };
     let slots = unsafe { std::slice::from_raw_parts(slots_ptr(h), (*h).slots) };

@@ -18,19 +18,21 @@
 //!
 //! **Trust.** The worker runs as the bootstrap superuser in a database that an ordinary role may
 //! own. Nothing that role controls may change what it does: its session pins every setting that
-//! the database's or a role's defaults could use against it (`pin_session`), every statement
+//! the database's or a role's defaults could use against it ([`crate::session`]), every statement
 //! names its functions and operators with their schema, and it uses only objects a superuser owns.
 
 use crate::config;
+use crate::core::citus::{check_group, pair_of_group, GroupBeyond, GroupCheck};
+use crate::core::layout::Node;
 use crate::core::lease::OutsideMark;
 use crate::core::time::{Clock, SystemClock};
 use crate::core::worker::{AtStart, GateEnd, MarkBelowClaim, Settings, Todo, Worker};
 use crate::errors;
-use crate::generator::{DatabaseTrust, ForeignObject, GENERATOR};
+use crate::generator::{DatabaseTrust, ForeignObject, PairState, GENERATOR};
+use crate::session::{connect, forget_database_settings, handle_signals, nap, reload_if_asked};
 use pgrx::bgworkers::{BackgroundWorker, BackgroundWorkerBuilder, BgWorkerStartTime};
 use pgrx::prelude::*;
 use pgrx::{PgLogLevel, PgSqlErrorCode};
-use std::ffi::{CStr, CString};
 use std::panic::AssertUnwindSafe;
 use std::time::{Duration, Instant};
 
@@ -38,12 +40,6 @@ pub const SCHEMA: &str = "_snowflake";
 
 /// How often the worker looks again at a `_snowflake` object it refused.
 pub const FOREIGN_RECHECK: Duration = Duration::from_secs(2);
-
-/// How long the worker waits for a lock before it gives up, exits and is started again. Its own
-/// objects are out of everyone's reach but superusers', yet a transaction of the database's
-/// owner can hold what it needs at its first start (a `_snowflake` schema created and not yet
-/// committed, say), and such a transaction can stay open forever.
-const LOCK_TIMEOUT: &CStr = c"5s";
 
 pub fn register() {
     BackgroundWorkerBuilder::new("snowflake lease")
@@ -54,158 +50,6 @@ pub fn register() {
         .set_start_time(BgWorkerStartTime::RecoveryFinished)
         .set_restart_time(Some(Duration::from_secs(1)))
         .load();
-}
-
-/// The values the worker needs whatever the server's configuration says (postgresql.conf may
-/// set any of them server-wide), set for its session after the database's and roles' settings
-/// are gone (`forget_database_settings`). `synchronous_commit` is not here: each transaction sets
-/// it with SET LOCAL.
-const PINNED: [(&CStr, &CStr); 12] = [
-    // Unqualified names could resolve to the owner's functions and operators (run as superuser).
-    (c"search_path", c"pg_catalog, pg_temp"),
-    // Each of these would stop the worker from writing the lease, and so stop ID generation.
-    (c"default_transaction_read_only", c"off"),
-    (c"default_transaction_isolation", c"read committed"),
-    (c"default_transaction_deferrable", c"off"),
-    (c"statement_timeout", c"0"),
-    (c"lock_timeout", LOCK_TIMEOUT),
-    (c"idle_in_transaction_session_timeout", c"0"),
-    // PostgreSQL 17 and later only; skipped where it does not exist.
-    (c"transaction_timeout", c"0"),
-    // Where and how the worker's tables are made.
-    (c"default_tablespace", c""),
-    (c"default_table_access_method", c"heap"),
-    (c"session_replication_role", c"origin"),
-    // Citus, where it is loaded (skipped elsewhere): `_snowflake` is each node's own. Citus would
-    // otherwise propagate the worker's CREATE SCHEMA from a coordinator to every worker (making
-    // the lease depend on every node being reachable) and, on a worker node after its metadata
-    // sync, refuse it ("operation is not allowed on this node"), stopping the lease.
-    (c"citus.enable_ddl_propagation", c"off"),
-];
-
-fn set_for_session(name: &CStr, value: &CStr) {
-    // SAFETY: plain calls into PostgreSQL's GUC code with valid C strings. A value PostgreSQL
-    // refuses is a WARNING in the log, not an error that would stop the worker.
-    unsafe {
-        pg_sys::set_config_option(
-            name.as_ptr(),
-            value.as_ptr(),
-            pg_sys::GucContext::PGC_SUSET,
-            pg_sys::GucSource::PGC_S_SESSION,
-            pg_sys::GucAction::GUC_ACTION_SET,
-            true,
-            pg_sys::WARNING as i32,
-            false,
-        );
-    }
-}
-
-fn pin_session() {
-    for (name, value) in PINNED {
-        // SAFETY: a lookup with a valid C string; missing_ok.
-        if unsafe { pg_sys::GetConfigOption(name.as_ptr(), true, false) }.is_null() {
-            continue;
-        }
-        set_for_session(name, value);
-    }
-}
-
-/// The settings PostgreSQL applied to the worker's session from `ALTER DATABASE ... SET` and
-/// `ALTER ROLE ... SET` (the four rows of `pg_db_role_setting` that apply to a session), each
-/// with its built-in value and context where `pg_settings` shows it.
-///
-/// What the database's owner can impose on the worker's session is exactly these: PostgreSQL
-/// applies them to every session that connects, the superuser's included, and the owner may set
-/// at the database level any setting an ordinary role may SET (and any a superuser granted it).
-/// So none of them is kept, whatever it is named: a list of dangerous settings would miss the
-/// next one.
-const DATABASE_SETTINGS_SQL: &str = "
-    SELECT pg_catalog.textsend(n.name), s.boot_val::pg_catalog.text, s.context::pg_catalog.text
-      FROM (SELECT DISTINCT pg_catalog.lower(pg_catalog.split_part(c.cfg, '=', 1)) AS name
-              FROM pg_catalog.pg_db_role_setting d
-              CROSS JOIN LATERAL pg_catalog.unnest(d.setconfig) AS c(cfg)
-             WHERE d.setdatabase OPERATOR(pg_catalog.=) ANY (ARRAY[0::pg_catalog.oid,
-                       (SELECT b.oid FROM pg_catalog.pg_database b
-                         WHERE b.datname OPERATOR(pg_catalog.=) pg_catalog.current_database())])
-               AND d.setrole OPERATOR(pg_catalog.=) ANY (ARRAY[0::pg_catalog.oid,
-                       (SELECT r.oid FROM pg_catalog.pg_roles r
-                         WHERE r.rolname OPERATOR(pg_catalog.=) SESSION_USER)])) n
-      LEFT JOIN pg_catalog.pg_settings s
-        ON pg_catalog.lower(s.name) OPERATOR(pg_catalog.=) n.name
-     ORDER BY 1";
-
-/// Puts every setting of `DATABASE_SETTINGS_SQL` back to its built-in value for this session,
-/// then sets `PINNED` over the result. Settings fixed at connection (`backend` context) cannot
-/// change any more and change nothing the worker relies on; names `pg_settings` does not show
-/// are placeholders of libraries the worker never loads, or hidden settings, of which only
-/// `role` could matter (it would make the worker act as another role): it goes back to `none`,
-/// and `snowflake_lease_worker_main` checks afterwards that the worker acts as a superuser.
-/// Returns the names that were set back.
-fn forget_database_settings() -> Vec<String> {
-    // Before the first transaction: the worker's own transaction defaults (a serializable,
-    // read-only, deferrable default would make that transaction wait for a safe snapshot as long
-    // as another serializable transaction stays open, a prepared one across restarts), nothing
-    // of the owner's on the search_path, and the worker acting as the bootstrap superuser it
-    // connected as: `session_authorization` and `role`, which `pg_settings` does not show, can be
-    // set for a database too.
-    pin_session();
-    // (Its check looks the role up, so inside a transaction; a SET that is not LOCAL outlives it.)
-    BackgroundWorker::transaction(|| {
-        // SAFETY: a syscache lookup of a role that always exists, inside a transaction.
-        let name = unsafe {
-            pg_sys::GetUserNameFromId(pg_sys::Oid::from(pg_sys::BOOTSTRAP_SUPERUSERID), false)
-        };
-        set_for_session(c"session_authorization", unsafe { CStr::from_ptr(name) });
-    });
-    set_for_session(c"role", c"none");
-    // A setting's name as bytes in the database's encoding (a placeholder may be named in any
-    // letters: a LATIN1 name is no UTF-8 string); built-in values and contexts are ASCII.
-    let found: Vec<(Vec<u8>, Option<String>, Option<String>)> =
-        BackgroundWorker::transaction(|| {
-            Spi::connect(|client| {
-                client
-                    .select(DATABASE_SETTINGS_SQL, None, &[])
-                    .expect("read the settings of the database and its roles")
-                    .map(|row| {
-                        (
-                            row.get::<Vec<u8>>(1).ok().flatten().unwrap_or_default(),
-                            row.get::<String>(2).ok().flatten(),
-                            row.get::<String>(3).ok().flatten(),
-                        )
-                    })
-                    .collect()
-            })
-        });
-    let mut reset = Vec::new();
-    for (name, boot, context) in found {
-        let value = match (name.as_slice(), context.as_deref()) {
-            (b"role", _) => "none".to_string(),
-            // Set back above, before any of them was read.
-            (b"session_authorization", _) => continue,
-            (_, Some("user" | "superuser")) => boot.unwrap_or_default(),
-            _ => continue,
-        };
-        if let (Ok(n), Ok(v)) = (CString::new(name.clone()), CString::new(value)) {
-            set_for_session(&n, &v);
-            reset.push(name.escape_ascii().to_string());
-        }
-    }
-    pin_session();
-    reset
-}
-
-/// Connects to `snowflake.database` as the bootstrap superuser. `ALTER DATABASE ...
-/// ALLOW_CONNECTIONS false`, which its owner may run, does not keep the worker out.
-fn connect() {
-    let db = CString::new(config::database()).expect("a database name has no NUL byte");
-    // SAFETY: called once, first thing in a registered background worker with SPI access.
-    unsafe {
-        pg_sys::BackgroundWorkerInitializeConnection(
-            db.as_ptr(),
-            std::ptr::null(),
-            pg_sys::BGWORKER_BYPASS_ALLOWCONN,
-        )
-    };
 }
 
 /// Every relation of `_snowflake`, and the schema itself, whose owner is not a superuser. The
@@ -469,6 +313,18 @@ fn missing_objects_ddl(token: i64) -> Vec<String> {
         format!("CREATE SEQUENCE {SCHEMA}.node_token AS bigint MINVALUE 1 START {token}"),
         format!("COMMENT ON SEQUENCE {SCHEMA}.node_token IS 'snowflake: a random number naming this installation in {SCHEMA}.claims (informative: a server is known by its system identifier)'"),
     );
+    if !relation("citus_group") {
+        ddl.push(format!(
+            "CREATE TABLE {SCHEMA}.citus_group (
+                 only_row boolean PRIMARY KEY DEFAULT true CHECK (only_row),
+                 group_id bigint NOT NULL,
+                 recorded_at pg_catalog.timestamptz NOT NULL DEFAULT pg_catalog.now())"
+        ));
+        ddl.push(format!("COMMENT ON TABLE {SCHEMA}.citus_group IS 'snowflake: the Citus group this node took its pair from (snowflake.pair_source); a node whose group changes stops. Delete the row only as docs/multi-writer.md says.'"));
+        ddl.push(format!(
+            "REVOKE ALL ON TABLE {SCHEMA}.citus_group FROM PUBLIC"
+        ));
+    }
     if !relation("claims") {
         ddl.push(crate::fleet::CLAIMS_DDL.into());
         ddl.push(format!("COMMENT ON TABLE {SCHEMA}.claims IS 'snowflake: which server (by system identifier) generates with which datacenter and worker ID, and the highest ID it may have issued; replicate it with your data'"));
@@ -678,7 +534,7 @@ fn check_mark(worker: &mut Worker) {
 #[unsafe(no_mangle)]
 pub extern "C-unwind" fn snowflake_lease_worker_main(_arg: pg_sys::Datum) {
     handle_signals();
-    connect();
+    connect(&config::database());
     let reset = forget_database_settings();
     // SAFETY: a plain check of the current user, inside no transaction (it needs no catalog).
     if !unsafe { pg_sys::superuser() } {
@@ -713,9 +569,10 @@ pub extern "C-unwind" fn snowflake_lease_worker_main(_arg: pg_sys::Datum) {
 
     let epoch = config::epoch_ms();
     let read = create_and_read_mark();
+    let (node, recorded_group) = resolve_pair();
     let (mut worker, below) = {
         let mut g = GENERATOR.exclusive();
-        let (worker, below) = Worker::start(epoch, &read, config::node(), &mut g.state);
+        let (worker, below) = Worker::start(epoch, &read, node, &mut g.state);
         g.recorded_epoch_ms = worker.recorded_epoch_ms();
         g.awaiting_claims = worker.gated();
         (worker, below)
@@ -751,7 +608,7 @@ pub extern "C-unwind" fn snowflake_lease_worker_main(_arg: pg_sys::Datum) {
         };
         match todo {
             Todo::ReadPaths => {
-                let readings = crate::fleet::paths_now();
+                let readings = crate::fleet::paths_now(now_ms);
                 match worker.paths_read(now_ms, &readings) {
                     Some(GateEnd::TimedOut { waiting }) => warning!(
                         "snowflake: subscriptions {} carry _snowflake.claims here and have not brought them up to date within {} s of the start; IDs are issued without that proof, and a server that took this pair meanwhile is seen only once its claim arrives",
@@ -766,6 +623,7 @@ pub extern "C-unwind" fn snowflake_lease_worker_main(_arg: pg_sys::Datum) {
                 // The owner may change while the worker runs (its lease is there now, so another
                 // owner is tolerated with a WARNING, never a refusal).
                 note_database_owner(&mut database_said);
+                watch_group(recorded_group);
                 check_mark(&mut worker);
                 crate::fleet::refresh(&mut worker, &settings, now_ms);
             }
@@ -780,15 +638,109 @@ pub extern "C-unwind" fn snowflake_lease_worker_main(_arg: pg_sys::Datum) {
             Todo::Renew => renew(&mut worker, &settings, now_ms),
             Todo::Nap(ms) => {
                 nap(Duration::from_millis(ms));
-                // SAFETY: the flag is set by PostgreSQL's own SIGHUP handler; reading the file is
-                // what every process does when it is set.
-                if unsafe { pg_sys::ConfigReloadPending } != 0 {
-                    unsafe {
-                        pg_sys::ConfigReloadPending = 0;
-                        pg_sys::ProcessConfigFile(pg_sys::GucContext::PGC_SIGHUP);
+                reload_if_asked();
+            }
+        }
+    }
+}
+
+/// The Citus group recorded in `_snowflake.citus_group`, in the caller's transaction.
+fn recorded_group() -> Option<i64> {
+    Spi::get_one::<i64>(&format!("SELECT group_id FROM {SCHEMA}.citus_group"))
+        .ok()
+        .flatten()
+}
+
+/// Records the group the pair comes from, durably, before any ID uses it.
+fn record_group(group: i64) {
+    BackgroundWorker::transaction(|| {
+        Spi::run("SET LOCAL synchronous_commit = on").expect("set synchronous_commit");
+        Spi::run_with_args(
+            &format!("INSERT INTO {SCHEMA}.citus_group (group_id) VALUES ($1)"),
+            &[group.into()],
+        )
+        .expect("record the Citus group");
+    });
+}
+
+/// Sets where the pair comes from and refuses while that refuses; says each change once.
+fn set_pair(state: PairState, said: &mut Option<PairState>) {
+    {
+        let mut g = GENERATOR.exclusive();
+        g.pair = state;
+        if state.refuses() {
+            g.state.set_refused(true);
+        }
+    }
+    if *said == Some(state) {
+        return;
+    }
+    *said = Some(state);
+    let source = config::pair_source().name();
+    let database = config::citus_database().unwrap_or_default();
+    match state {
+        PairState::Unknown => log!("snowflake: snowflake.pair_source is '{source}' and this node is in no Citus cluster yet (database \"{database}\"); snowflake_nextval() refuses until a coordinator adds it"),
+        PairState::Untrusted => warning!("snowflake: snowflake.pair_source is '{source}' and the Citus worker refuses the metadata of database \"{database}\"; snowflake_nextval() refuses"),
+        PairState::Beyond { group, max } => warning!("snowflake: this node's Citus group {group} is beyond what snowflake.pair_source = '{source}' holds (0 to {max}); snowflake_nextval() refuses"),
+        PairState::Changed { recorded, now } => warning!("snowflake: this node's Citus group is {now} now, but its pair came from group {recorded} (recorded in {SCHEMA}.citus_group); snowflake_nextval() refuses"),
+        PairState::Group(g) => log!("snowflake: the pair comes from Citus group {g} (snowflake.pair_source = '{source}')"),
+        PairState::Configured => {}
+    }
+}
+
+/// The pair this server issues with, and the Citus group it came from (recorded first, when it
+/// is new): the configured pair, or, with `snowflake.pair_source` from Citus, the group's.
+/// Waits, refusing, while the group is not known, changed, or beyond what the source holds. A
+/// recorded group that Citus has not been asked about yet is used at once: the Citus worker's
+/// reads (which the Citus database's owner could stall) never hold up a node that knows its pair.
+fn resolve_pair() -> (Node, Option<i64>) {
+    let source = config::pair_source();
+    if !source.from_citus() {
+        return (config::configured_node(), None);
+    }
+    let datacenter = config::configured_node().datacenter();
+    let mut said = None;
+    loop {
+        let recorded = BackgroundWorker::transaction(recorded_group);
+        let (read, _) = crate::citus::group();
+        let state = match check_group(recorded, read) {
+            GroupCheck::Unknown if crate::citus::problem().is_some() => PairState::Untrusted,
+            GroupCheck::Unknown => PairState::Unknown,
+            GroupCheck::Changed { recorded, now } => PairState::Changed { recorded, now },
+            GroupCheck::Record(group) | GroupCheck::Use(group) => {
+                match pair_of_group(source, group, datacenter) {
+                    Err(GroupBeyond { group, max }) => PairState::Beyond { group, max },
+                    Ok(node) => {
+                        if recorded.is_none() {
+                            record_group(group);
+                        }
+                        set_pair(PairState::Group(group), &mut said);
+                        let mut g = GENERATOR.exclusive();
+                        g.node_bits = node.bits();
+                        g.state.set_refused(false);
+                        return (node, Some(group));
                     }
                 }
             }
+        };
+        set_pair(state, &mut said);
+        nap(Duration::from_secs(1));
+        reload_if_asked();
+    }
+}
+
+/// At every refresh: a group that Citus changed under a running node refuses (from then on,
+/// and at every start, until a DBA lets the node take the new one).
+fn watch_group(recorded: Option<i64>) {
+    let Some(recorded) = recorded else {
+        return;
+    };
+    if let GroupCheck::Changed { recorded, now } =
+        crate::core::citus::check_group(Some(recorded), crate::citus::group().0)
+    {
+        let mut said = None;
+        if GENERATOR.share().pair != (PairState::Changed { recorded, now }) {
+            set_pair(PairState::Changed { recorded, now }, &mut said);
         }
     }
 }
@@ -797,59 +749,10 @@ pub extern "C-unwind" fn snowflake_lease_worker_main(_arg: pg_sys::Datum) {
 fn settings() -> Settings {
     Settings {
         system_identifier: crate::fleet::system_identifier(),
-        node: config::node(),
+        node: crate::generator::node(),
         max_drift_ms: config::max_clock_drift_ms(),
         claim_expiry_ms: config::claim_expiry_ms(),
     }
-}
-
-/// The worker's life. SIGTERM (`pg_terminate_backend()`, a shutdown) is PostgreSQL's `die`: the
-/// worker ends at its next interrupt check, also inside a statement or a lock wait, with a FATAL
-/// error and exit code 1, and the postmaster starts it again a second later unless the server is
-/// shutting down. (A worker that returned, exit code 0, would never be started again, and every
-/// `snowflake_nextval()` of the server would wait for a lease that never comes.) A cancel
-/// (SIGINT) is an ERROR, which in a background worker ends it the same way; `kill -9` makes
-/// the postmaster restart every process, the worker among them. SIGHUP reloads the
-/// configuration.
-fn handle_signals() {
-    // The handlers themselves, as PostgreSQL exports them (pgrx's `pg_sys::die` is a Rust wrapper
-    // for calling it, not a signal handler).
-    unsafe extern "C-unwind" {
-        fn die(signal: std::ffi::c_int);
-        fn SignalHandlerForConfigReload(signal: std::ffi::c_int);
-    }
-    // SAFETY: installs PostgreSQL's own handlers, then unblocks signals, first thing in the
-    // worker as every background worker does.
-    unsafe {
-        #[cfg(not(feature = "pg18"))]
-        {
-            pg_sys::pqsignal(pg_sys::SIGHUP as i32, Some(SignalHandlerForConfigReload));
-            pg_sys::pqsignal(pg_sys::SIGTERM as i32, Some(die));
-        }
-        // PostgreSQL 18 names the backend's variant pqsignal_be.
-        #[cfg(feature = "pg18")]
-        {
-            pg_sys::pqsignal_be(pg_sys::SIGHUP as i32, Some(SignalHandlerForConfigReload));
-            pg_sys::pqsignal_be(pg_sys::SIGTERM as i32, Some(die));
-        }
-        pg_sys::BackgroundWorkerUnblockSignals();
-    }
-}
-
-/// Sleeps until `timeout` passes or the latch is set (a backend that wants a lease, a signal),
-/// then lets PostgreSQL act on a pending termination or cancel. Exits if the postmaster died.
-fn nap(timeout: Duration) {
-    // SAFETY: this process's own latch, as every background worker waits.
-    unsafe {
-        pg_sys::WaitLatch(
-            pg_sys::MyLatch,
-            (pg_sys::WL_LATCH_SET | pg_sys::WL_TIMEOUT | pg_sys::WL_EXIT_ON_PM_DEATH) as i32,
-            timeout.as_millis().min(i32::MAX as u128) as _,
-            pg_sys::PG_WAIT_EXTENSION,
-        );
-        pg_sys::ResetLatch(pg_sys::MyLatch);
-    }
-    pgrx::check_for_interrupts!();
 }
 
 /// At exit, however the worker ends: backends stop waking its latch, and `snowflake_node()`

@@ -8,6 +8,7 @@ pub use snowflake_core as core;
 
 mod api;
 mod as_owner;
+mod citus;
 mod codec;
 mod config;
 mod errors;
@@ -16,6 +17,7 @@ mod generator;
 mod horizon;
 mod lease;
 mod partitions;
+mod session;
 mod status;
 
 // The magic block says which server the library was built for. From PostgreSQL 18 it also
@@ -60,6 +62,7 @@ pub extern "C-unwind" fn _PG_init() {
     std::env::remove_var("RUST_LIB_BACKTRACE");
     config::init_preloaded();
     generator::init();
+    citus::init();
     if config::track_horizon() {
         horizon::init();
     }
@@ -68,5 +71,6 @@ pub extern "C-unwind" fn _PG_init() {
     // restore fail, and no ID is generated during an upgrade anyway.
     if !unsafe { pgrx::pg_sys::IsBinaryUpgrade } {
         lease::register();
+        citus::register();
     }
 }

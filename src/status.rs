@@ -6,7 +6,7 @@ use crate::core::generator::FloorError;
 use crate::core::layout::MAX_TIMESTAMP;
 use crate::core::time::{unix_ms_to_pg_timestamp, Clock, SystemClock};
 use crate::errors;
-use crate::generator::{self, DatabaseTrust, GENERATOR};
+use crate::generator::{self, DatabaseTrust, PairState, GENERATOR};
 use pgrx::prelude::*;
 use pgrx::PgSqlErrorCode;
 
@@ -38,12 +38,13 @@ fn snowflake_node() -> TableIterator<
         name!(pair_set, bool),
         name!(lease_database_owner, Option<String>),
         name!(lease_database_trusted, Option<bool>),
+        name!(pair_source, String),
     ),
 > {
     config::require_preload("snowflake_node()");
     let shared = *GENERATOR.share();
     let now = SystemClock.now_unix_ms() - epoch_ms();
-    let node = config::node();
+    let node = crate::core::layout::Node::from_bits(shared.node_bits);
     let issued_any = shared.state.issued_any();
     let conflict = shared.conflict();
     TableIterator::once((
@@ -76,7 +77,23 @@ fn snowflake_node() -> TableIterator<
             DatabaseTrust::Unknown => None,
             trust => Some(trust == DatabaseTrust::Superuser),
         },
+        pair_source(shared.pair),
     ))
+}
+
+/// Where the pair came from, in words: `config`, `citus group 3`, or why there is none.
+fn pair_source(pair: PairState) -> String {
+    let source = config::pair_source().name();
+    match pair {
+        PairState::Configured => source.into(),
+        PairState::Group(g) => format!("{source} group {g}"),
+        PairState::Unknown => format!("{source} (no group yet)"),
+        PairState::Changed { recorded, now } => {
+            format!("{source} group {recorded} (group changed to {now})")
+        }
+        PairState::Beyond { group, .. } => format!("{source} (group {group} out of range)"),
+        PairState::Untrusted => format!("{source} (metadata not trusted)"),
+    }
 }
 
 /// `snowflake_node()` with the columns it had in 1.5.0, kept by the upgrade to 1.6.0 (which adds

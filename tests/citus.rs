@@ -7,7 +7,7 @@
 //! row, whichever node stores it. On 14 and 15 each test says why it does not run.
 
 mod common;
-use common::{eventually, pg_major, run_recipes, uris, Cluster};
+use common::{eventually, pg_major, run_recipes, Cluster};
 use std::process::Command;
 use std::thread;
 use std::time::Duration;
@@ -34,8 +34,8 @@ fn citus_available() -> bool {
     true
 }
 
-/// A node's postgresql.conf: citus first in the preload list, then snowflake; logical WAL for
-/// the claims' replication and for Citus's shard moves.
+/// A node's postgresql.conf: citus first in the preload list, then snowflake, whose Citus worker
+/// runs in the database of the cluster; logical WAL for Citus's shard moves.
 const NODE_CONF: &str = "shared_preload_libraries = 'citus,snowflake'
 wal_level = logical
 max_connections = 100
@@ -43,7 +43,8 @@ max_worker_processes = 32
 max_replication_slots = 16
 max_wal_senders = 16
 citus.shard_count = 4
-snowflake.claim_expiry = '15s'";
+snowflake.claim_expiry = '15s'
+snowflake.citus_database = 'postgres'";
 
 /// A Citus node with datacenter 1 and worker `worker`: the coordinator is 0, workers 1, 2, 3.
 fn node(name: &str, worker: u32, faketime: bool) -> Cluster {
@@ -59,6 +60,66 @@ fn node(name: &str, worker: u32, faketime: bool) -> Cluster {
     }
     c.start();
     c
+}
+
+/// A Citus node whose pair comes from its Citus group (`pair_source`): nothing else set.
+fn derived_node(name: &str, source: &str, extra: &str) -> Cluster {
+    derived_node_with_clock(name, source, extra, false)
+}
+
+/// `derived_node`, with a clock that the test can move (libfaketime) when `faketime`.
+fn derived_node_with_clock(name: &str, source: &str, extra: &str, faketime: bool) -> Cluster {
+    let mut c = Cluster::new(
+        name,
+        &format!("{NODE_CONF}\nsnowflake.pair_source = '{source}'\n{extra}"),
+    );
+    let dir = c.dir.display().to_string();
+    c.conf(&format!("citus.local_hostname = '{dir}'"));
+    if faketime {
+        c.fake_time(None);
+    }
+    c.start();
+    c
+}
+
+/// The recipe that makes `coordinator` and `workers` one cluster.
+fn set_up(coordinator: &Cluster, workers: &[&Cluster]) {
+    run_recipes(
+        &["citus-setup"],
+        &[
+            ("PGUSER", "postgres".into()),
+            ("DB", "postgres".into()),
+            ("COORDINATOR", host_port(coordinator)),
+            (
+                "WORKERS",
+                workers
+                    .iter()
+                    .map(|w| host_port(w))
+                    .collect::<Vec<_>>()
+                    .join(" "),
+            ),
+        ],
+    );
+}
+
+/// The recipe that adds `new` to the cluster of `coordinator`.
+fn add_node(coordinator: &Cluster, new: &Cluster) {
+    run_recipes(
+        &["citus-add-node"],
+        &[
+            ("PGUSER", "postgres".into()),
+            ("DB", "postgres".into()),
+            ("COORDINATOR", host_port(coordinator)),
+            ("NEW", host_port(new)),
+        ],
+    );
+}
+
+/// The error of `snowflake_nextval()` on `c`, if it refuses: (SQLSTATE, message).
+fn refusal(c: &Cluster) -> Option<(String, String)> {
+    c.try_sql("SELECT snowflake_nextval()")
+        .err()
+        .map(|e| (e.sqlstate, e.message))
 }
 
 fn host_port(c: &Cluster) -> String {
@@ -336,15 +397,12 @@ fn a_node_restarted_with_another_nodes_pair_is_refused_and_the_others_go_on() {
     if !citus_available() {
         return;
     }
+    // No recipe beyond the set-up: the nodes' Citus workers ask each other for their claims.
     let mut cluster = Citus::new("citus-fleet", false);
-    let nodes = uris(&cluster.nodes());
-    run_recipes(&["mesh-functions", "citus-fleet"], &[("NODES", nodes)]);
     for n in cluster.nodes() {
-        n.wait_for(
-            "SELECT string_agg(datacenter_id || '/' || worker_id, ',' ORDER BY worker_id) FROM _snowflake.claims",
-            "1/0,1/1,1/2",
-            30,
-        );
+        assert!(eventually(30, || n
+            .try_sql("SELECT snowflake_nextval()")
+            .is_ok()));
         assert_eq!(
             n.sql("SELECT claim_conflict_with IS NULL FROM snowflake_node()"),
             "t"
@@ -407,7 +465,20 @@ fn a_worker_crashed_with_its_clock_set_back_and_a_node_added_with_a_rebalance_ke
     if !citus_available() {
         return;
     }
-    let mut cluster = Citus::new("citus-ops", true);
+    // Pairs from the Citus groups (worker n is group n): the crash, the clock and the rebalance
+    // change nothing of that.
+    let coordinator = derived_node("citus-ops-c", "citus", "");
+    let workers: Vec<Cluster> = (1..=2)
+        .map(|w| derived_node_with_clock(&format!("citus-ops-w{w}"), "citus", "", true))
+        .collect();
+    set_up(&coordinator, &workers.iter().collect::<Vec<_>>());
+    let mut cluster = Citus {
+        coordinator,
+        workers,
+    };
+    for n in cluster.nodes() {
+        assert!(eventually(30, || refusal(n).is_none()), "{:?}", refusal(n));
+    }
     cluster.coordinator.sql(
         "CREATE TABLE by_id (id bigint PRIMARY KEY DEFAULT snowflake_nextval(), via int NOT NULL,
                              phase text NOT NULL DEFAULT 'before');
@@ -462,19 +533,16 @@ fn a_worker_crashed_with_its_clock_set_back_and_a_node_added_with_a_rebalance_ke
     );
 
     // A third worker joins and the shards are rebalanced while rows keep arriving.
-    let w3 = node("citus-ops-w3", 3, false);
+    let w3 = derived_node("citus-ops-w3", "citus", "");
     let fingerprint =
         "SELECT count(*), md5(string_agg(id || ':' || via, ',' ORDER BY id)) FROM by_id";
     let before = cluster.coordinator.sql(fingerprint);
     let coord = &cluster.coordinator;
-    run_recipes(
-        &["citus-add-node"],
-        &[
-            ("PGUSER", "postgres".into()),
-            ("DB", "postgres".into()),
-            ("COORDINATOR", host_port(coord)),
-            ("NEW", host_port(&w3)),
-        ],
+    add_node(coord, &w3);
+    assert!(
+        eventually(30, || refusal(&w3).is_none()),
+        "{:?}",
+        refusal(&w3)
     );
     thread::scope(|s| {
         let h = s.spawn(|| {
@@ -498,8 +566,233 @@ fn a_worker_crashed_with_its_clock_set_back_and_a_node_added_with_a_rebalance_ke
         before,
         "keys changed in the rebalance"
     );
-    assert_ids_name_their_node(coord, "by_id");
+    assert_ids_carry_their_group(coord, "by_id");
     // Rows through the new worker carry its pair.
     w3.sql("INSERT INTO by_id (via, phase) SELECT 3, 'w3' FROM generate_series(1, 100)");
-    assert_ids_name_their_node(coord, "by_id");
+    assert_ids_carry_their_group(coord, "by_id");
+}
+
+/// Rows whose ID does not carry the Citus group of the node that received them (`via`), under
+/// `pair_source = 'citus'` (datacenter = group / 32, worker = group % 32), and duplicates.
+fn assert_ids_carry_their_group(c: &Cluster, table: &str) {
+    assert_eq!(
+        c.sql(&format!(
+            "SELECT count(*) FILTER (WHERE snowflake_datacenter_id(id) * 32 + snowflake_worker_id(id) <> via), \
+                    count(*) - count(DISTINCT id) FROM {table}"
+        )),
+        "0|0",
+        "{table}: IDs that do not carry their node's group, and duplicates"
+    );
+}
+
+#[test]
+fn pairs_come_from_citus_groups_a_node_added_needs_nothing_more_and_a_changed_group_stops() {
+    if !citus_available() {
+        return;
+    }
+    let coordinator = derived_node("citus-groups-c", "citus", "");
+    let w1 = derived_node("citus-groups-w1", "citus", "");
+    let w2 = derived_node("citus-groups-w2", "citus", "");
+    set_up(&coordinator, &[&w1, &w2]);
+    let nodes = [&coordinator, &w1, &w2];
+    for (n, group) in nodes.iter().zip(0..) {
+        n.wait_for(
+            "SELECT pair_source, datacenter_id, worker_id FROM snowflake_node()",
+            &format!("citus group {group}|0|{group}"),
+            30,
+        );
+        assert!(
+            eventually(30, || refusal(n).is_none()),
+            "node of group {group} does not issue: {:?}",
+            refusal(n)
+        );
+    }
+    coordinator.sql(TABLES);
+    thread::scope(|s| {
+        for (n, group) in nodes.iter().zip(0..) {
+            s.spawn(move || {
+                n.pgbench_ok(
+                    INSERTS,
+                    &[
+                        "-c",
+                        "2",
+                        "-j",
+                        "1",
+                        "-t",
+                        "300",
+                        "-D",
+                        &format!("via={group}"),
+                    ],
+                )
+            });
+        }
+    });
+    for table in ["by_tenant", "by_id"] {
+        assert_eq!(
+            coordinator.sql(&format!(
+                "SELECT string_agg(via || ':' || n, ',' ORDER BY via) FROM (SELECT via, count(*) n FROM {table} GROUP BY via) v"
+            )),
+            "0:600,1:600,2:600"
+        );
+        assert_ids_carry_their_group(&coordinator, table);
+    }
+
+    // A third worker, configured like the others: refused until a coordinator adds it, then it
+    // issues with its group, with no other step.
+    let mut w3 = derived_node("citus-groups-w3", "citus", "");
+    w3.sql("CREATE EXTENSION citus");
+    w3.sql("CREATE EXTENSION snowflake");
+    assert_eq!(
+        w3.sql("SELECT pair_source FROM snowflake_node()"),
+        "citus (no group yet)"
+    );
+    let (state, message) = refusal(&w3).expect("a node in no cluster refuses");
+    assert_eq!(state, "55000");
+    assert!(message.contains("not in a Citus cluster yet"), "{message}");
+    w3.sql("DROP EXTENSION snowflake");
+    add_node(&coordinator, &w3);
+    assert!(
+        eventually(30, || refusal(&w3).is_none()),
+        "the added node does not issue: {:?}",
+        refusal(&w3)
+    );
+    w3.sql("INSERT INTO by_id (via) SELECT 3 FROM generate_series(1, 200)");
+    assert_ids_carry_their_group(&coordinator, "by_id");
+
+    // Restarted with a hand-set pair that worker 1's group holds, and no recipe: refused within
+    // 30 s, and so is worker 1 (the safe side); the others raise no alarm.
+    w3.sql("ALTER SYSTEM SET snowflake.pair_source = 'config'");
+    w3.sql("ALTER SYSTEM SET snowflake.datacenter_id = 0");
+    w3.sql("ALTER SYSTEM SET snowflake.worker_id = 1");
+    w3.stop("fast");
+    w3.start();
+    let duplicate = |c: &Cluster| {
+        refusal(c)
+            .is_some_and(|(state, m)| state == "55000" && m.contains("also used by another server"))
+    };
+    assert!(eventually(30, || duplicate(&w3)), "{:?}", refusal(&w3));
+    assert!(eventually(30, || duplicate(&w1)), "{:?}", refusal(&w1));
+    for n in [&coordinator, &w2] {
+        assert!(refusal(n).is_none());
+    }
+    w3.sql("ALTER SYSTEM RESET snowflake.pair_source");
+    w3.sql("ALTER SYSTEM RESET snowflake.datacenter_id");
+    w3.sql("ALTER SYSTEM RESET snowflake.worker_id");
+    w3.stop("fast");
+    w3.start();
+    for n in [&w1, &w3] {
+        assert!(eventually(30, || refusal(n).is_none()), "{:?}", refusal(n));
+    }
+    assert_eq!(
+        w3.sql("SELECT pair_source FROM snowflake_node()"),
+        "citus group 3"
+    );
+    let before = coordinator.sql_i64("SELECT max(id) FROM by_id WHERE via = 3");
+
+    // Removed and added again, it has a new group: it stops rather than switch pairs, at once and
+    // after a restart, until a DBA lets it take the new group; its IDs then go on above its old
+    // ones, and the others never raised an alarm.
+    coordinator.sql(&format!(
+        "SELECT citus_remove_node('{}', {})",
+        w3.dir.display(),
+        w3.port
+    ));
+    add_node(&coordinator, &w3);
+    let changed = |c: &Cluster| {
+        refusal(c).is_some_and(|(state, m)| {
+            state == "55000" && m.contains("Citus group changed from 3 to 4")
+        })
+    };
+    assert!(eventually(30, || changed(&w3)), "{:?}", refusal(&w3));
+    w3.stop("fast");
+    w3.start();
+    assert!(eventually(30, || changed(&w3)), "{:?}", refusal(&w3));
+    assert_eq!(
+        w3.sql("SELECT pair_source FROM snowflake_node()"),
+        "citus group 3 (group changed to 4)"
+    );
+    w3.sql("DELETE FROM _snowflake.citus_group");
+    w3.stop("fast");
+    w3.start();
+    assert!(
+        eventually(30, || refusal(&w3).is_none()),
+        "{:?}",
+        refusal(&w3)
+    );
+    w3.sql("INSERT INTO by_id (via) SELECT 4 FROM generate_series(1, 200)");
+    assert_eq!(
+        coordinator.sql_i64(&format!(
+            "SELECT count(*) FROM by_id WHERE via = 4 AND id > {before}"
+        )),
+        200
+    );
+    assert_ids_carry_their_group(&coordinator, "by_id");
+    for n in [&coordinator, &w2] {
+        assert!(!n.log().contains("also used by another server"));
+    }
+}
+
+#[test]
+fn groups_beyond_what_each_pair_source_holds_are_refused() {
+    if !citus_available() {
+        return;
+    }
+    let coordinator = derived_node("citus-limits-c", "citus", "");
+    set_up(&coordinator, &[]);
+    let restart_groups_at = |n: i64| {
+        coordinator.sql(&format!(
+            "ALTER SEQUENCE pg_catalog.pg_dist_groupid_seq RESTART {n}"
+        ))
+    };
+    let beyond = |c: &Cluster, group: i64| {
+        eventually(30, || {
+            refusal(c).is_some_and(|(state, m)| {
+                state == "55000" && m.contains(&format!("Citus group {group} is beyond"))
+            })
+        })
+    };
+    // 'citus_in_datacenter': the configured datacenter, the group as the worker, 0 to 31.
+    restart_groups_at(31);
+    let last = derived_node(
+        "citus-limits-31",
+        "citus_in_datacenter",
+        "snowflake.datacenter_id = 5",
+    );
+    add_node(&coordinator, &last);
+    assert!(
+        eventually(30, || refusal(&last).is_none()),
+        "{:?}",
+        refusal(&last)
+    );
+    assert_eq!(
+        last.sql("SELECT snowflake_datacenter_id(snowflake_nextval()), snowflake_worker_id(snowflake_nextval())"),
+        "5|31"
+    );
+    let past = derived_node(
+        "citus-limits-32",
+        "citus_in_datacenter",
+        "snowflake.datacenter_id = 5",
+    );
+    add_node(&coordinator, &past);
+    assert!(beyond(&past, 32), "{:?}", refusal(&past));
+    // 'citus': the whole pair, 0 to 1023.
+    restart_groups_at(1023);
+    let last = derived_node("citus-limits-1023", "citus", "");
+    add_node(&coordinator, &last);
+    assert!(
+        eventually(30, || refusal(&last).is_none()),
+        "{:?}",
+        refusal(&last)
+    );
+    assert_eq!(
+        last.sql("SELECT snowflake_datacenter_id(snowflake_nextval()), snowflake_worker_id(snowflake_nextval())"),
+        "31|31"
+    );
+    let past = derived_node("citus-limits-1024", "citus", "");
+    add_node(&coordinator, &past);
+    assert!(beyond(&past, 1024), "{:?}", refusal(&past));
+    assert_eq!(
+        past.sql("SELECT pair_source FROM snowflake_node()"),
+        "citus (group 1024 out of range)"
+    );
 }

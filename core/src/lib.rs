@@ -3,6 +3,7 @@
 //! no pgrx and no PostgreSQL in its dependency tree, so `cargo test -p snowflake-core` exercises
 //! all of it, with an injected clock, on any machine with Rust.
 
+pub mod citus;
 pub mod codec;
 pub mod fleet;
 pub mod generator;

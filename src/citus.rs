@@ -1,0 +1,441 @@
+//! The Citus worker's glue (the rules are [`crate::core::citus`]): a background worker in
+//! `snowflake.citus_database` that reads this node's Citus group and asks every primary node of
+//! the cluster for its claim over Citus's own connections; and `snowflake.fleet_claim`, the
+//! setting in which this node states its own claim for the others to ask.
+//!
+//! **Trust.** The Citus database is often owned by the application's role. The worker runs there
+//! as the bootstrap superuser with the same session as the lease worker (every setting of the
+//! database and its roles forgotten, `search_path` pinned, operators qualified), reads only
+//! Citus's catalogs in `pg_catalog` (which a superuser owns, checked), and holds nothing that ID
+//! generation waits for: the lease worker uses the group recorded in `_snowflake` at once, and a
+//! worker that is stalled (a lock its catalogs wait for, a node that does not answer) only keeps
+//! every claim it has seen live ([`crate::core::citus::NodeAnswers`]). Its statements have a
+//! `statement_timeout`, so a stalled read ends, and the worker starts again.
+//!
+//! What the other nodes answer is read from `pg_settings`, restricted to a setting of context
+//! `internal`: no session, database or role can set one, so a database owner there can no more
+//! fake a claim than change the server's version.
+
+use crate::config;
+use crate::core::citus::{claim_text, parse_claim, NodeAnswer, NodeAnswers};
+use crate::core::fleet::{Claim, LeftPair, PathReading};
+use crate::generator::GENERATOR;
+use pgrx::bgworkers::{BackgroundWorker, BackgroundWorkerBuilder, BgWorkerStartTime};
+use pgrx::lwlock::PgLwLock;
+use pgrx::prelude::*;
+use pgrx::shmem::PGRXSharedMemory;
+use pgrx::{pg_shmem_init, pg_sys};
+use std::cell::RefCell;
+use std::ffi::{c_char, CString};
+use std::time::Duration;
+
+/// Nodes the worker keeps answers of: as many as the layout has pairs.
+pub const MAX_NODES: usize = 1024;
+/// Pairs left that one node's answer carries (a node that moved more often keeps its newest).
+const MAX_LEFT: usize = 16;
+/// How often the worker asks.
+const ASK_EVERY: Duration = Duration::from_millis(crate::core::fleet::REFRESH_MS);
+
+/// One node's last answer, in shared memory.
+#[derive(Clone, Copy)]
+#[repr(C)]
+pub struct Slot {
+    name: [u8; 128],
+    answers: u64,
+    failing: bool,
+    has_claim: bool,
+    claim: Claim,
+    left_len: u32,
+    left: [i64; MAX_LEFT],
+}
+
+impl Slot {
+    const EMPTY: Slot = Slot {
+        name: [0; 128],
+        answers: 0,
+        failing: false,
+        has_claim: false,
+        claim: Claim::NONE,
+        left_len: 0,
+        left: [0; MAX_LEFT],
+    };
+
+    fn name(&self) -> String {
+        let end = self.name.iter().position(|&c| c == 0).unwrap_or(128);
+        String::from_utf8_lossy(&self.name[..end]).into_owned()
+    }
+}
+
+/// What the Citus worker found, for the lease worker.
+#[derive(Clone, Copy)]
+#[repr(C)]
+pub struct CitusShared {
+    /// The worker, while it runs (0 otherwise).
+    pub worker_pid: i32,
+    /// Rounds it completed since the server started.
+    pub rounds: u64,
+    /// This node's group, -1 while it is in no cluster (or not read yet).
+    pub group: i64,
+    /// Why the worker cannot read the cluster, if it cannot (an object no superuser owns).
+    pub problem: crate::generator::ForeignObject,
+    count: u32,
+    nodes: [Slot; MAX_NODES],
+}
+
+impl Default for CitusShared {
+    fn default() -> Self {
+        CitusShared {
+            worker_pid: 0,
+            rounds: 0,
+            group: -1,
+            problem: crate::generator::ForeignObject::NONE,
+            count: 0,
+            nodes: [Slot::EMPTY; MAX_NODES],
+        }
+    }
+}
+
+// SAFETY: plain old data.
+unsafe impl PGRXSharedMemory for CitusShared {}
+
+pub static CITUS: PgLwLock<CitusShared> = unsafe { PgLwLock::new(c"snowflake_citus") };
+
+/// Defines `snowflake.fleet_claim`, and requests the segment when `snowflake.citus_database` is
+/// set; only while shared_preload_libraries is processed.
+pub fn init() {
+    define_claim_setting();
+    if enabled() {
+        pg_shmem_init!(CITUS);
+    }
+}
+
+/// Registers the worker when `snowflake.citus_database` is set.
+pub fn register() {
+    if !enabled() {
+        return;
+    }
+    BackgroundWorkerBuilder::new("snowflake citus")
+        .set_type("snowflake citus")
+        .set_library("snowflake")
+        .set_function("snowflake_citus_worker_main")
+        .enable_spi_access()
+        .set_start_time(BgWorkerStartTime::RecoveryFinished)
+        .set_restart_time(Some(Duration::from_secs(1)))
+        .load();
+}
+
+/// Whether a Citus worker runs on this server (`snowflake.citus_database` is set).
+pub fn enabled() -> bool {
+    config::citus_database().is_some()
+}
+
+static mut FLEET_CLAIM: *mut c_char = std::ptr::null_mut();
+
+/// `snowflake.fleet_claim`: this server's claim as [`claim_text`] states it, read-only (context
+/// `internal`), shown by a hook from shared memory. Empty until the lease worker has written a
+/// claim (and on a standby, which claims nothing).
+fn define_claim_setting() {
+    // SAFETY: defines a setting while shared_preload_libraries is processed, with a static
+    // variable PostgreSQL owns from now on and a hook that only reads shared memory.
+    unsafe {
+        pg_sys::DefineCustomStringVariable(
+            c"snowflake.fleet_claim".as_ptr(),
+            c"This server's claim on its datacenter and worker ID, as other Citus nodes read it (read-only).".as_ptr(),
+            c"Set by the server itself: system identifier, pair, version, lease and pairs left.".as_ptr(),
+            &raw mut FLEET_CLAIM,
+            c"".as_ptr(),
+            pg_sys::GucContext::PGC_INTERNAL,
+            (pg_sys::GUC_NOT_IN_SAMPLE | pg_sys::GUC_DISALLOW_IN_FILE) as i32,
+            None,
+            None,
+            Some(show_claim),
+        );
+    }
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn show_claim() -> *const c_char {
+    let text = {
+        let g = GENERATOR.share();
+        if g.own_claim.system_identifier == 0 {
+            String::new()
+        } else {
+            let left = &g.own_left[..(g.own_left_len as usize).min(g.own_left.len())];
+            claim_text(&g.own_claim, left)
+        }
+    };
+    // palloc'd in the caller's context, as PostgreSQL's own show hooks return static or
+    // short-lived text.
+    let c = CString::new(text).unwrap_or_default();
+    unsafe { pg_sys::pstrdup(c.as_ptr()) }
+}
+
+/// The query each node answers: its claim, from a setting of context `internal` only.
+const ASK: &str = "SELECT s.setting FROM pg_catalog.pg_settings s WHERE s.name OPERATOR(pg_catalog.=) 'snowflake.fleet_claim' AND s.context OPERATOR(pg_catalog.=) 'internal'";
+
+/// Whether Citus is installed here, and the first of the objects the worker uses that no
+/// superuser owns (as "relation pg_catalog.pg_dist_node (owner)").
+const CITUS_OBJECTS_SQL: &str = "
+    SELECT pg_catalog.to_regclass('pg_catalog.pg_dist_local_group') IS NOT NULL
+       AND pg_catalog.to_regclass('pg_catalog.pg_dist_node') IS NOT NULL
+       AND pg_catalog.to_regprocedure('pg_catalog.master_run_on_worker(text[],integer[],text[],boolean)') IS NOT NULL,
+           (SELECT pg_catalog.concat(o.what, ' (owned by ',
+                     pg_catalog.encode(pg_catalog.convert_to(r.rolname::pg_catalog.text, 'UTF8'), 'escape'), ')')
+              FROM (SELECT 'table pg_catalog.' OPERATOR(pg_catalog.||) c.relname AS what, c.relowner AS owner
+                      FROM pg_catalog.pg_class c
+                     WHERE c.oid OPERATOR(pg_catalog.=) ANY (ARRAY[
+                             pg_catalog.to_regclass('pg_catalog.pg_dist_local_group'),
+                             pg_catalog.to_regclass('pg_catalog.pg_dist_node')]::pg_catalog.oid[])
+                    UNION ALL
+                    SELECT 'function pg_catalog.master_run_on_worker', p.proowner
+                      FROM pg_catalog.pg_proc p
+                     WHERE p.oid OPERATOR(pg_catalog.=) pg_catalog.to_regprocedure('pg_catalog.master_run_on_worker(text[],integer[],text[],boolean)')) o
+              JOIN pg_catalog.pg_authid r ON r.oid OPERATOR(pg_catalog.=) o.owner
+             WHERE NOT r.rolsuper
+             LIMIT 1)";
+
+/// This node's group, if the cluster's metadata lists it as an active primary (a worker that no
+/// coordinator added yet has group 0 and is listed nowhere).
+const GROUP_SQL: &str = "
+    SELECT l.groupid::pg_catalog.int8
+      FROM pg_catalog.pg_dist_local_group l
+     WHERE EXISTS (SELECT FROM pg_catalog.pg_dist_node n
+                    WHERE n.groupid OPERATOR(pg_catalog.=) l.groupid AND n.isactive
+                      AND n.noderole::pg_catalog.text OPERATOR(pg_catalog.=) 'primary')";
+
+/// Every active primary node, as `host:port` (ASCII; other bytes escaped), with its answer.
+const NODES_SQL: &str = "
+    SELECT pg_catalog.encode(pg_catalog.convert_to(
+               r.node_name OPERATOR(pg_catalog.||) ':' OPERATOR(pg_catalog.||) r.node_port::pg_catalog.text,
+               'UTF8'), 'escape'),
+           r.success, r.result
+      FROM (SELECT pg_catalog.array_agg(n.nodename::pg_catalog.text ORDER BY n.nodeid) AS names,
+                   pg_catalog.array_agg(n.nodeport ORDER BY n.nodeid) AS ports,
+                   pg_catalog.array_agg($1::pg_catalog.text ORDER BY n.nodeid) AS asks
+              FROM pg_catalog.pg_dist_node n
+             WHERE n.isactive AND n.noderole::pg_catalog.text OPERATOR(pg_catalog.=) 'primary'
+            HAVING pg_catalog.count(*) OPERATOR(pg_catalog.>) 0) a
+     CROSS JOIN LATERAL pg_catalog.master_run_on_worker(a.names, a.ports, a.asks, true) r";
+
+/// What one round found.
+struct Round {
+    group: Option<i64>,
+    problem: Option<String>,
+    answers: Vec<(String, bool, String)>,
+}
+
+fn read_round() -> Round {
+    Spi::connect(|client| {
+        let first = client
+            .select(CITUS_OBJECTS_SQL, Some(1), &[])
+            .expect("look for Citus")
+            .first()
+            .get_two::<bool, String>()
+            .expect("look for Citus");
+        let (present, problem) = (first.0.unwrap_or(false), first.1);
+        if !present || problem.is_some() {
+            return Round {
+                group: None,
+                problem,
+                answers: Vec::new(),
+            };
+        }
+        let group = client
+            .select(GROUP_SQL, Some(1), &[])
+            .expect("read the node's group")
+            .next()
+            .and_then(|row| row.get::<i64>(1).ok().flatten());
+        let answers = client
+            .select(NODES_SQL, None, &[ASK.into()])
+            .expect("ask the nodes for their claims")
+            .map(|row| {
+                (
+                    row.get::<String>(1).ok().flatten().unwrap_or_default(),
+                    row.get::<bool>(2).ok().flatten().unwrap_or(false),
+                    row.get::<String>(3).ok().flatten().unwrap_or_default(),
+                )
+            })
+            .collect();
+        Round {
+            group,
+            problem: None,
+            answers,
+        }
+    })
+}
+
+/// Publishes a round: the group, and each node's answer (a node no longer listed is dropped; one
+/// whose ask failed keeps its last claim).
+fn publish(round: Round) {
+    let mut g = CITUS.exclusive();
+    g.rounds += 1;
+    g.group = round.group.unwrap_or(-1);
+    g.problem = match &round.problem {
+        Some(p) => crate::generator::ForeignObject::new(p, ""),
+        None => crate::generator::ForeignObject::NONE,
+    };
+    let before: Vec<Slot> = g.nodes[..g.count as usize].to_vec();
+    let mut count = 0;
+    for (name, success, result) in round.answers.iter().take(MAX_NODES) {
+        let mut slot = before
+            .iter()
+            .find(|s| &s.name() == name)
+            .copied()
+            .unwrap_or_else(|| {
+                let mut s = Slot::EMPTY;
+                let n = name.len().min(127);
+                s.name[..n].copy_from_slice(&name.as_bytes()[..n]);
+                s
+            });
+        slot.failing = !success;
+        if *success {
+            slot.answers += 1;
+            match parse_claim(result) {
+                Some((claim, left)) => {
+                    slot.has_claim = true;
+                    slot.claim = claim;
+                    let keep = &left[left.len().saturating_sub(MAX_LEFT)..];
+                    slot.left_len = keep.len() as u32;
+                    slot.left[..keep.len()].copy_from_slice(keep);
+                }
+                None => {
+                    slot.has_claim = false;
+                    slot.left_len = 0;
+                }
+            }
+        }
+        g.nodes[count] = slot;
+        count += 1;
+    }
+    g.count = count as u32;
+}
+
+/// This node's group as the Citus worker last read it (`None`: in no cluster, or not read yet),
+/// and whether it has read at all.
+pub fn group() -> (Option<i64>, u64) {
+    if !enabled() {
+        return (None, 0);
+    }
+    let g = CITUS.share();
+    ((g.group >= 0).then_some(g.group), g.rounds)
+}
+
+/// Why the Citus worker cannot read the cluster (an object no superuser owns), if it cannot.
+pub fn problem() -> Option<String> {
+    if !enabled() {
+        return None;
+    }
+    CITUS.share().problem.get().map(|(what, _)| what)
+}
+
+thread_local! {
+    /// The lease worker's watch of the nodes' answers.
+    static ANSWERS: RefCell<NodeAnswers> = RefCell::new(NodeAnswers::default());
+}
+
+/// The other nodes' claims and pairs left, and the paths they came by (one per node, and one for
+/// the worker itself, which has caught up once it completed a round after the lease worker's
+/// first look), at `now_ms` by the lease worker's monotonic clock. Claims of this server's own
+/// system identifier are its own answer and are left out.
+pub fn peers(now_ms: u64, me: i64) -> (Vec<Claim>, Vec<LeftPair>, Vec<PathReading>) {
+    if !enabled() {
+        return (Vec::new(), Vec::new(), Vec::new());
+    }
+    let (pid, rounds, nodes) = {
+        let g = CITUS.share();
+        let nodes: Vec<(NodeAnswer, Vec<i64>)> = g.nodes[..g.count as usize]
+            .iter()
+            .map(|s| {
+                let left = s.left[..s.left_len as usize].to_vec();
+                (
+                    NodeAnswer {
+                        node: s.name(),
+                        answers: s.answers,
+                        claim: s.has_claim.then(|| (s.claim, left.clone())),
+                        failing: s.failing,
+                    },
+                    left,
+                )
+            })
+            .collect();
+        (g.worker_pid, g.rounds, nodes)
+    };
+    let pid = (pid != 0).then_some(pid);
+    let answers: Vec<NodeAnswer> = nodes.iter().map(|(n, _)| n.clone()).collect();
+    let mut paths = ANSWERS.with(|a| a.borrow_mut().readings(now_ms, &answers, pid));
+    paths.push(PathReading {
+        subscription: "the Citus worker".into(),
+        enabled: true,
+        apply_pid: pid,
+        silent_ms: Some(0),
+        errors: None,
+        table_state: 'r',
+        end_lsn: (rounds > 0).then_some(rounds as i64),
+        relays: false,
+    });
+    let mut claims = Vec::new();
+    let mut left = Vec::new();
+    for (n, l) in nodes {
+        if let Some((c, _)) = n.claim.filter(|(c, _)| c.system_identifier != me) {
+            claims.push(c);
+            left.extend(l.into_iter().map(|last_id| LeftPair {
+                system_identifier: c.system_identifier,
+                last_id,
+            }));
+        }
+    }
+    (claims, left, paths)
+}
+
+#[pg_guard]
+#[unsafe(no_mangle)]
+pub extern "C-unwind" fn snowflake_citus_worker_main(_arg: pg_sys::Datum) {
+    crate::session::handle_signals();
+    let database = config::citus_database().expect("registered only when it is set");
+    crate::session::connect(&database);
+    let reset = crate::session::forget_database_settings();
+    // SAFETY: a plain check of the current user, inside no transaction.
+    if !unsafe { pg_sys::superuser() } {
+        error!("snowflake citus worker does not run as a superuser in database \"{database}\"; it refuses to continue");
+    }
+    if !reset.is_empty() {
+        log!(
+            "snowflake citus worker ignores the settings of database \"{database}\" and its roles: {}",
+            reset.join(", ")
+        );
+    }
+    // A round that a lock or a node stalls ends (the worker starts again); Citus gives up on a
+    // node it cannot reach well within it.
+    crate::session::set_for_session(c"statement_timeout", c"20s");
+    crate::session::set_for_session(c"citus.node_connection_timeout", c"5s");
+    CITUS.exclusive().worker_pid = unsafe { pg_sys::MyProcPid };
+    // SAFETY: registers a callback with a null argument; it runs once, at exit.
+    unsafe { pg_sys::before_shmem_exit(Some(forget_citus_worker), pg_sys::Datum::from(0usize)) };
+    log!("snowflake citus worker started in database \"{database}\"");
+    let mut said: Option<(Option<i64>, Option<String>)> = None;
+    loop {
+        let round = BackgroundWorker::transaction(read_round);
+        let seen = (round.group, round.problem.clone());
+        if said.as_ref() != Some(&seen) {
+            match (&seen.0, &seen.1) {
+                (_, Some(p)) => warning!("snowflake citus worker refuses the Citus metadata of database \"{database}\": {p} is not owned by a superuser"),
+                (Some(g), None) => log!("snowflake: this node is Citus group {g}"),
+                (None, None) => log!("snowflake: this node is in no Citus cluster yet (database \"{database}\")"),
+            }
+            said = Some(seen);
+        }
+        publish(round);
+        // The lease worker may be waiting for the group.
+        crate::generator::wake_worker();
+        crate::session::nap(ASK_EVERY);
+        crate::session::reload_if_asked();
+    }
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn forget_citus_worker(_code: i32, _arg: pg_sys::Datum) {
+    let mut g = CITUS.exclusive();
+    if g.worker_pid == unsafe { pg_sys::MyProcPid } {
+        g.worker_pid = 0;
+    }
+}
