@@ -762,18 +762,27 @@ def bench_citus():
 shared_buffers = 256MB
 max_connections = 200
 citus.shard_count = 8
-snowflake.datacenter_id = 1
-snowflake.worker_id = {i}""")
+snowflake.pair_source = 'citus'
+snowflake.citus_database = 'postgres'""")
             with open(os.path.join(n.data, "postgresql.conf"), "a") as f:
                 f.write(f"citus.local_hostname = '{n.dir}'\n")
             n.start()
             n.psql("CREATE EXTENSION citus;")
             nodes.append(n)
         coord = nodes[0]
-        note_settings("part 6 (Citus), the coordinator; each worker differs only in port, socket directory and worker_id", coord)
+        note_settings("part 6 (Citus), the coordinator; each worker differs only in port and socket directory", coord)
         coord.psql(f"SELECT citus_set_coordinator_host('{coord.dir}', {coord.port});" +
                    "".join(f"SELECT citus_add_node('{w.dir}', {w.port});" for w in nodes[1:]) +
                    "CREATE EXTENSION snowflake;")
+        # Each node's pair is its Citus group: it issues once its lease worker has read it.
+        for n in nodes:
+            deadline = time.time() + 60
+            while subprocess.run([f"{BIN}/psql", "-X", "-h", n.dir, "-p", str(n.port), "-U", "postgres",
+                                  "-qAtc", "SELECT snowflake_nextval()", "postgres"],
+                                 capture_output=True).returncode != 0:
+                if time.time() > deadline:
+                    raise SystemExit(f"Citus node {n.port} has no pair from its group after 60 s")
+                time.sleep(0.5)
         for kind, col in CITUS_KINDS.items():
             coord.psql(f"CREATE TABLE c_{kind} ({col}, payload text NOT NULL); "
                        f"SELECT create_distributed_table('c_{kind}', 'id');")
@@ -936,7 +945,7 @@ def markdown(r):
             md += [f"Not run: Citus 14.0.1 supports PostgreSQL 16, 17 and 18, and this is {MAJOR}.", ""]
         else:
             md += [f"A Citus 14.0.1 cluster on this machine: a coordinator and two workers (each its own server, each "
-                   f"preloading `citus,snowflake` with its own pair), every table distributed by its key over 8 shards. "
+                   f"preloading `citus,snowflake`, its pair its Citus group, `snowflake.pair_source = 'citus'`), every table distributed by its key over 8 shards. "
                    f"`INSERT INTO t (payload) VALUES ('payload')`, {CITUS_CLIENTS} pgbench clients in all, {DURATION} s per "
                    f"run, median TPS of {PGBENCH_ROUNDS} interleaved rounds (ratio to bigserial). Through the coordinator: "
                    f"every client connects to it; through every node: {CITUS_CLIENTS // 3} clients on each of the three "

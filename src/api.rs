@@ -307,7 +307,7 @@ fn pair_refused(pair: PairState) -> ! {
         PairState::Changed { recorded, now } => (
             format!("snowflake ID generation is refused: this node's Citus group changed from {recorded} to {now}"),
             format!("snowflake.pair_source is '{source}': this node's pair came from Citus group {recorded}, recorded in _snowflake.citus_group in database \"{}\", and the Citus metadata of database \"{database}\" gives it group {now} now. Citus gives a node a new group when it is removed and added again, and a node started from another node's backup carries that node's group; the node stops rather than switch pairs unseen.", config::database()),
-            format!("If this node was removed and added again, or is a new node made from another node's backup, let it take the new group: DELETE FROM _snowflake.citus_group in database \"{}\", then restart it (its IDs continue above every ID it issued). Otherwise find out why Citus gave it another group.", config::database()),
+            format!("If this node was removed and added again, let it take the new group: DELETE FROM _snowflake.citus_group in database \"{}\", then restart it (its IDs continue above every ID it issued). If it was started from another node's backup, it is a copy of that node (its system identifier is the other's): stop it, and make a new node from a new cluster (initdb) instead.", config::database()),
         ),
         PairState::Beyond { group, max } => (
             format!("snowflake ID generation is refused: Citus group {group} is beyond what snowflake.pair_source = '{source}' holds"),
@@ -319,11 +319,23 @@ fn pair_refused(pair: PairState) -> ! {
             format!("snowflake.pair_source is '{source}', and a table or function of Citus that the worker reads in database \"{database}\" is not owned by a superuser (the server log names it)."),
             "A superuser should find out who made it and why; the worker looks again every 5 s.".to_string(),
         ),
-        _ => (
-            "snowflake ID generation is refused: this node is not in a Citus cluster yet".to_string(),
-            format!("snowflake.pair_source is '{source}': this node's pair comes from its Citus group, which the Citus metadata of database \"{database}\" does not give yet (a worker has one once a coordinator has added it)."),
-            "Add the node from the coordinator (SELECT citus_add_node('host', port)); on the coordinator itself, SELECT citus_set_coordinator_host('host', port). IDs are issued a few seconds later, with no restart.".to_string(),
-        ),
+        _ => match crate::citus::found() {
+            (false, _) => (
+                "snowflake ID generation is refused: this node's Citus group is not known yet".to_string(),
+                format!("snowflake.pair_source is '{source}': this node's pair comes from its Citus group, and the Citus worker has not read database \"{database}\" (snowflake.citus_database) yet."),
+                "If this lasts more than a few seconds, the server log says why the worker cannot read it (a database that does not exist, no background worker slot left).".to_string(),
+            ),
+            (true, false) => (
+                "snowflake ID generation is refused: this node is not in a Citus cluster".to_string(),
+                format!("snowflake.pair_source is '{source}': this node's pair comes from its Citus group, and database \"{database}\" (snowflake.citus_database) has no citus extension."),
+                "Set snowflake.citus_database to the database where the citus extension is and restart, or CREATE EXTENSION citus there and add the node to the cluster.".to_string(),
+            ),
+            (true, true) => (
+                "snowflake ID generation is refused: this node is not in a Citus cluster yet".to_string(),
+                format!("snowflake.pair_source is '{source}': this node's pair comes from its Citus group, which the Citus metadata of database \"{database}\" does not give yet: a worker has one once a coordinator has added it."),
+                "Add the node from the coordinator (SELECT citus_add_node('host', port)); on the coordinator itself, SELECT citus_set_coordinator_host('host', port). IDs are issued a few seconds later, with no restart.".to_string(),
+            ),
+        },
     };
     errors::raise(
         PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,

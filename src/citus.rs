@@ -17,7 +17,7 @@
 //! fake a claim than change the server's version.
 
 use crate::config;
-use crate::core::citus::{claim_text, parse_claim, NodeAnswer, NodeAnswers};
+use crate::core::citus::{claim_text, parse_claim, NodeAnswer, NodeAnswers, Stated, Whose};
 use crate::core::fleet::{Claim, LeftPair, PathReading};
 use crate::generator::GENERATOR;
 use pgrx::bgworkers::{BackgroundWorker, BackgroundWorkerBuilder, BgWorkerStartTime};
@@ -40,28 +40,39 @@ const ASK_EVERY: Duration = Duration::from_millis(crate::core::fleet::REFRESH_MS
 #[derive(Clone, Copy)]
 #[repr(C)]
 pub struct Slot {
-    name: [u8; 128],
+    name: [u8; NAME_BYTES],
     answers: u64,
     failing: bool,
     has_claim: bool,
     claim: Claim,
+    instance: i64,
     left_len: u32,
     left: [i64; MAX_LEFT],
 }
 
+/// A node's `host:port` as a slot keeps it (the names are ASCII).
+const NAME_BYTES: usize = 256;
+
+/// `name` as a slot keeps it: at most `NAME_BYTES - 1` bytes, so that a longer name is found
+/// again as it was kept.
+fn fit(name: &str) -> &str {
+    &name[..name.len().min(NAME_BYTES - 1)]
+}
+
 impl Slot {
     const EMPTY: Slot = Slot {
-        name: [0; 128],
+        name: [0; NAME_BYTES],
         answers: 0,
         failing: false,
         has_claim: false,
         claim: Claim::NONE,
+        instance: 0,
         left_len: 0,
         left: [0; MAX_LEFT],
     };
 
     fn name(&self) -> String {
-        let end = self.name.iter().position(|&c| c == 0).unwrap_or(128);
+        let end = self.name.iter().position(|&c| c == 0).unwrap_or(NAME_BYTES);
         String::from_utf8_lossy(&self.name[..end]).into_owned()
     }
 }
@@ -76,6 +87,8 @@ pub struct CitusShared {
     pub rounds: u64,
     /// This node's group, -1 while it is in no cluster (or not read yet).
     pub group: i64,
+    /// Whether the last round found Citus in the database.
+    pub citus_present: bool,
     /// Why the worker cannot read the cluster, if it cannot (an object no superuser owns).
     pub problem: crate::generator::ForeignObject,
     count: u32,
@@ -88,6 +101,7 @@ impl Default for CitusShared {
             worker_pid: 0,
             rounds: 0,
             group: -1,
+            citus_present: false,
             problem: crate::generator::ForeignObject::NONE,
             count: 0,
             nodes: [Slot::EMPTY; MAX_NODES],
@@ -161,7 +175,7 @@ unsafe extern "C-unwind" fn show_claim() -> *const c_char {
             String::new()
         } else {
             let left = &g.own_left[..(g.own_left_len as usize).min(g.own_left.len())];
-            claim_text(&g.own_claim, left)
+            claim_text(&g.own_claim, g.instance, left)
         }
     };
     // palloc'd in the caller's context, as PostgreSQL's own show hooks return static or
@@ -170,8 +184,10 @@ unsafe extern "C-unwind" fn show_claim() -> *const c_char {
     unsafe { pg_sys::pstrdup(c.as_ptr()) }
 }
 
-/// The query each node answers: its claim, from a setting of context `internal` only.
-const ASK: &str = "SELECT s.setting FROM pg_catalog.pg_settings s WHERE s.name OPERATOR(pg_catalog.=) 'snowflake.fleet_claim' AND s.context OPERATOR(pg_catalog.=) 'internal'";
+/// The query each node answers: its claim, from a setting of context `internal` only. Through
+/// the function under `pg_settings`, not the view: every role may lock the view (PUBLIC may
+/// UPDATE it), and a lock held there would stall every node's ask into that database.
+const ASK: &str = "SELECT s.setting FROM pg_catalog.pg_show_all_settings() s WHERE s.name OPERATOR(pg_catalog.=) 'snowflake.fleet_claim' AND s.context OPERATOR(pg_catalog.=) 'internal'";
 
 /// Whether Citus is installed here, and the first of the objects the worker uses that no
 /// superuser owns (as "relation pg_catalog.pg_dist_node (owner)").
@@ -203,12 +219,13 @@ const GROUP_SQL: &str = "
                     WHERE n.groupid OPERATOR(pg_catalog.=) l.groupid AND n.isactive
                       AND n.noderole::pg_catalog.text OPERATOR(pg_catalog.=) 'primary')";
 
-/// Every active primary node, as `host:port` (ASCII; other bytes escaped), with its answer.
+/// Every active primary node, as `host:port`, with its answer (both ASCII, other bytes escaped:
+/// an error message in a LATIN1 database may hold any byte).
 const NODES_SQL: &str = "
     SELECT pg_catalog.encode(pg_catalog.convert_to(
                r.node_name OPERATOR(pg_catalog.||) ':' OPERATOR(pg_catalog.||) r.node_port::pg_catalog.text,
                'UTF8'), 'escape'),
-           r.success, r.result
+           r.success, pg_catalog.encode(pg_catalog.convert_to(r.result, 'UTF8'), 'escape')
       FROM (SELECT pg_catalog.array_agg(n.nodename::pg_catalog.text ORDER BY n.nodeid) AS names,
                    pg_catalog.array_agg(n.nodeport ORDER BY n.nodeid) AS ports,
                    pg_catalog.array_agg($1::pg_catalog.text ORDER BY n.nodeid) AS asks
@@ -219,6 +236,7 @@ const NODES_SQL: &str = "
 
 /// What one round found.
 struct Round {
+    present: bool,
     group: Option<i64>,
     problem: Option<String>,
     answers: Vec<(String, bool, String)>,
@@ -235,6 +253,7 @@ fn read_round() -> Round {
         let (present, problem) = (first.0.unwrap_or(false), first.1);
         if !present || problem.is_some() {
             return Round {
+                present,
                 group: None,
                 problem,
                 answers: Vec::new(),
@@ -257,6 +276,7 @@ fn read_round() -> Round {
             })
             .collect();
         Round {
+            present,
             group,
             problem: None,
             answers,
@@ -270,6 +290,7 @@ fn publish(round: Round) {
     let mut g = CITUS.exclusive();
     g.rounds += 1;
     g.group = round.group.unwrap_or(-1);
+    g.citus_present = round.present;
     g.problem = match &round.problem {
         Some(p) => crate::generator::ForeignObject::new(p, ""),
         None => crate::generator::ForeignObject::NONE,
@@ -277,23 +298,28 @@ fn publish(round: Round) {
     let before: Vec<Slot> = g.nodes[..g.count as usize].to_vec();
     let mut count = 0;
     for (name, success, result) in round.answers.iter().take(MAX_NODES) {
+        let name = fit(name);
         let mut slot = before
             .iter()
-            .find(|s| &s.name() == name)
+            .find(|s| s.name() == name)
             .copied()
             .unwrap_or_else(|| {
                 let mut s = Slot::EMPTY;
-                let n = name.len().min(127);
-                s.name[..n].copy_from_slice(&name.as_bytes()[..n]);
+                s.name[..name.len()].copy_from_slice(name.as_bytes());
                 s
             });
         slot.failing = !success;
         if *success {
             slot.answers += 1;
             match parse_claim(result) {
-                Some((claim, left)) => {
+                Some(Stated {
+                    claim,
+                    instance,
+                    left_pairs: left,
+                }) => {
                     slot.has_claim = true;
                     slot.claim = claim;
+                    slot.instance = instance;
                     let keep = &left[left.len().saturating_sub(MAX_LEFT)..];
                     slot.left_len = keep.len() as u32;
                     slot.left[..keep.len()].copy_from_slice(keep);
@@ -320,6 +346,16 @@ pub fn group() -> (Option<i64>, u64) {
     ((g.group >= 0).then_some(g.group), g.rounds)
 }
 
+/// What the Citus worker has found so far: whether it has completed a round, and whether Citus
+/// was in the database then (for the messages of a node with no group).
+pub fn found() -> (bool, bool) {
+    if !enabled() {
+        return (false, false);
+    }
+    let g = CITUS.share();
+    (g.rounds > 0, g.citus_present)
+}
+
 /// Why the Citus worker cannot read the cluster (an object no superuser owns), if it cannot.
 pub fn problem() -> Option<String> {
     if !enabled() {
@@ -333,35 +369,44 @@ thread_local! {
     static ANSWERS: RefCell<NodeAnswers> = RefCell::new(NodeAnswers::default());
 }
 
-/// The other nodes' claims and pairs left, and the paths they came by (one per node, and one for
-/// the worker itself, which has caught up once it completed a round after the lease worker's
-/// first look), at `now_ms` by the lease worker's monotonic clock. Claims of this server's own
-/// system identifier are its own answer and are left out.
-pub fn peers(now_ms: u64, me: i64) -> (Vec<Claim>, Vec<LeftPair>, Vec<PathReading>) {
+/// What the Citus nodes' answers hold for the lease worker ([`peers`]).
+#[derive(Default)]
+pub struct Peers {
+    /// The other servers' claims, and the pairs they left.
+    pub claims: Vec<Claim>,
+    pub left_pairs: Vec<LeftPair>,
+    /// Claims that another server states under this server's system identifier: copies.
+    pub copies: Vec<Claim>,
+    /// One path per node, and one for the Citus worker itself (caught up once it completed a
+    /// round after the lease worker's first look).
+    pub paths: Vec<PathReading>,
+}
+
+/// The Citus nodes' answers at `now_ms`, by the lease worker's monotonic clock, for this server
+/// (system identifier `me`): its own answer is left out, by its instance.
+pub fn peers(now_ms: u64, me: i64) -> Peers {
     if !enabled() {
-        return (Vec::new(), Vec::new(), Vec::new());
+        return Peers::default();
     }
-    let (pid, rounds, nodes) = {
+    let instance = GENERATOR.share().instance;
+    let (pid, rounds, answers) = {
         let g = CITUS.share();
-        let nodes: Vec<(NodeAnswer, Vec<i64>)> = g.nodes[..g.count as usize]
+        let answers: Vec<NodeAnswer> = g.nodes[..g.count as usize]
             .iter()
-            .map(|s| {
-                let left = s.left[..s.left_len as usize].to_vec();
-                (
-                    NodeAnswer {
-                        node: s.name(),
-                        answers: s.answers,
-                        claim: s.has_claim.then(|| (s.claim, left.clone())),
-                        failing: s.failing,
-                    },
-                    left,
-                )
+            .map(|s| NodeAnswer {
+                node: s.name(),
+                answers: s.answers,
+                claim: s.has_claim.then(|| Stated {
+                    claim: s.claim,
+                    instance: s.instance,
+                    left_pairs: s.left[..s.left_len as usize].to_vec(),
+                }),
+                failing: s.failing,
             })
             .collect();
-        (g.worker_pid, g.rounds, nodes)
+        (g.worker_pid, g.rounds, answers)
     };
     let pid = (pid != 0).then_some(pid);
-    let answers: Vec<NodeAnswer> = nodes.iter().map(|(n, _)| n.clone()).collect();
     let mut paths = ANSWERS.with(|a| a.borrow_mut().readings(now_ms, &answers, pid));
     paths.push(PathReading {
         subscription: "the Citus worker".into(),
@@ -373,18 +418,27 @@ pub fn peers(now_ms: u64, me: i64) -> (Vec<Claim>, Vec<LeftPair>, Vec<PathReadin
         end_lsn: (rounds > 0).then_some(rounds as i64),
         relays: false,
     });
-    let mut claims = Vec::new();
-    let mut left = Vec::new();
-    for (n, l) in nodes {
-        if let Some((c, _)) = n.claim.filter(|(c, _)| c.system_identifier != me) {
-            claims.push(c);
-            left.extend(l.into_iter().map(|last_id| LeftPair {
-                system_identifier: c.system_identifier,
-                last_id,
-            }));
+    let mut peers = Peers {
+        paths,
+        ..Peers::default()
+    };
+    for stated in answers.into_iter().filter_map(|n| n.claim) {
+        match stated.whose(me, instance) {
+            Whose::Own => {}
+            Whose::Copy => peers.copies.push(stated.claim),
+            Whose::Other => {
+                let c = stated.claim;
+                peers.claims.push(c);
+                peers
+                    .left_pairs
+                    .extend(stated.left_pairs.into_iter().map(|last_id| LeftPair {
+                        system_identifier: c.system_identifier,
+                        last_id,
+                    }));
+            }
         }
     }
-    (claims, left, paths)
+    peers
 }
 
 #[pg_guard]
@@ -404,9 +458,7 @@ pub extern "C-unwind" fn snowflake_citus_worker_main(_arg: pg_sys::Datum) {
             reset.join(", ")
         );
     }
-    // A round that a lock or a node stalls ends (the worker starts again); Citus gives up on a
-    // node it cannot reach well within it.
-    crate::session::set_for_session(c"statement_timeout", c"20s");
+    // Citus gives up on a node it cannot reach within this, well within a round's limit.
     crate::session::set_for_session(c"citus.node_connection_timeout", c"5s");
     CITUS.exclusive().worker_pid = unsafe { pg_sys::MyProcPid };
     // SAFETY: registers a callback with a null argument; it runs once, at exit.
@@ -414,7 +466,7 @@ pub extern "C-unwind" fn snowflake_citus_worker_main(_arg: pg_sys::Datum) {
     log!("snowflake citus worker started in database \"{database}\"");
     let mut said: Option<(Option<i64>, Option<String>)> = None;
     loop {
-        let round = BackgroundWorker::transaction(read_round);
+        let round = within_limit(|| BackgroundWorker::transaction(read_round));
         let seen = (round.group, round.problem.clone());
         if said.as_ref() != Some(&seen) {
             match (&seen.0, &seen.1) {
@@ -430,6 +482,28 @@ pub extern "C-unwind" fn snowflake_citus_worker_main(_arg: pg_sys::Datum) {
         crate::session::nap(ASK_EVERY);
         crate::session::reload_if_asked();
     }
+}
+
+/// How long one round may take: a round that a lock or a node stalls ends with an error, and the
+/// worker starts again.
+const ROUND_LIMIT_MS: i32 = 20_000;
+
+/// Runs `f` under a statement timeout of `ROUND_LIMIT_MS`. A background worker's SPI statements
+/// get no `statement_timeout` of their own (only a client's statements arm it), so the timer is
+/// armed here: at expiry it cancels whatever the worker waits for, as for a client.
+fn within_limit<T>(f: impl FnOnce() -> T) -> T {
+    // The timeouts PostgreSQL registers for every process with a database connection
+    // (utils/timeout.h); STATEMENT_TIMEOUT is the fourth in every supported major.
+    const STATEMENT_TIMEOUT: std::ffi::c_uint = 3;
+    unsafe extern "C-unwind" {
+        fn enable_timeout_after(id: std::ffi::c_uint, delay_ms: std::ffi::c_int);
+        fn disable_timeout(id: std::ffi::c_uint, keep_indicator: bool);
+    }
+    // SAFETY: PostgreSQL's own timer calls, for a timeout registered at connection.
+    unsafe { enable_timeout_after(STATEMENT_TIMEOUT, ROUND_LIMIT_MS) };
+    let result = f();
+    unsafe { disable_timeout(STATEMENT_TIMEOUT, false) };
+    result
 }
 
 #[pg_guard]

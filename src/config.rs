@@ -752,6 +752,15 @@ pub fn init_preloaded() {
     if !pair_set && !source.from_citus() {
         warn_default_pair();
     }
+    if source == PairSource::CitusInDatacenter && !is_set(&settings, "snowflake.datacenter_id") {
+        errors::report(
+            PgLogLevel::WARNING,
+            PgSqlErrorCode::ERRCODE_WARNING,
+            "snowflake.datacenter_id is not set, and snowflake.pair_source = 'citus_in_datacenter' takes it to name the cluster".into(),
+            Some("The datacenter ID is the default, 0. Two clusters whose data meet and that both leave it so issue the same IDs.".into()),
+            Some("Set snowflake.datacenter_id to a number that no other cluster uses, and restart; a single cluster can use snowflake.pair_source = 'citus' instead."),
+        );
+    }
     let epoch_text = EPOCH
         .get()
         .unwrap_or_else(|| DEFAULT_EPOCH.to_owned())

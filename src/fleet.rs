@@ -253,7 +253,7 @@ fn read_paths() -> Vec<PathReading> {
 /// the subscriptions, and the Citus nodes (see [`crate::citus::peers`]).
 pub fn paths_now(now_ms: u64) -> Vec<PathReading> {
     let mut paths = BackgroundWorker::transaction(read_paths);
-    paths.extend(crate::citus::peers(now_ms, system_identifier()).2);
+    paths.extend(crate::citus::peers(now_ms, system_identifier()).paths);
     paths
 }
 
@@ -325,13 +325,14 @@ pub fn refresh(worker: &mut Worker, settings: &Settings, now_ms: u64) {
     let (mut read, stated, left) = read;
     // The other Citus nodes' claims, as the Citus worker last asked them: judged by the same
     // rule as the rows replication brings, each node a path.
-    let (claims, left_pairs, paths) = crate::citus::peers(now_ms, me);
-    read.claims.extend(claims);
-    read.left_pairs.extend(left_pairs);
-    read.paths.extend(paths);
+    let peers = crate::citus::peers(now_ms, me);
+    read.claims.extend(peers.claims);
+    read.left_pairs.extend(peers.left_pairs);
+    read.paths.extend(peers.paths);
     let view = {
         let mut g = GENERATOR.exclusive();
-        let view = worker.refreshed(now_ms, read, settings, &mut g.state);
+        let view =
+            worker.refreshed_with_copies(now_ms, read, &peers.copies, settings, &mut g.state);
         g.conflict = view.conflict.unwrap_or(Claim::NONE);
         g.claims_stale = view.claims_stale;
         // The pair's own refusal (a Citus group not known or changed) stands whatever the claims say.

@@ -48,6 +48,9 @@ pub struct Shared {
     pub own_claim: crate::core::fleet::Claim,
     pub own_left: [i64; 16],
     pub own_left_len: u32,
+    /// A random number drawn when the server starts (shared memory is made): a physical copy of
+    /// this server shares its system identifier, never this (see [`crate::core::citus::Whose`]).
+    pub instance: i64,
 }
 
 /// Where the pair in use came from ([`crate::core::citus`]).
@@ -162,6 +165,13 @@ impl Default for Shared {
             own_claim: crate::core::fleet::Claim::NONE,
             own_left: [0; 16],
             own_left_len: 0,
+            instance: {
+                let mut buf = [0u8; 8];
+                // SAFETY: a valid buffer of the length given.
+                let ok = unsafe { pg_sys::pg_strong_random(buf.as_mut_ptr().cast(), buf.len()) };
+                assert!(ok, "no strong random source");
+                i64::from_ne_bytes(buf)
+            },
         }
     }
 }

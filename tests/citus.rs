@@ -796,3 +796,105 @@ fn groups_beyond_what_each_pair_source_holds_are_refused() {
         "citus (group 1024 out of range)"
     );
 }
+
+/// Sends `signal` to a node's postmaster and every process it started.
+fn signal_node(c: &Cluster, signal: &str) {
+    let pid = c.postmaster_pid().to_string();
+    let children = String::from_utf8(
+        Command::new("pgrep")
+            .args(["-P", &pid])
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .unwrap();
+    for p in std::iter::once(pid.as_str()).chain(children.split_whitespace()) {
+        Command::new("kill").args([signal, p]).status().unwrap();
+    }
+}
+
+#[test]
+fn a_node_that_cannot_be_reached_does_not_look_like_a_node_that_left() {
+    if !citus_available() {
+        return;
+    }
+    let coordinator = derived_node("citus-reach-c", "citus", "");
+    let w1 = derived_node("citus-reach-w1", "citus", "");
+    let mut w2 = derived_node("citus-reach-w2", "citus", "");
+    set_up(&coordinator, &[&w1, &w2]);
+    for n in [&coordinator, &w1, &w2] {
+        assert!(eventually(30, || refusal(n).is_none()), "{:?}", refusal(n));
+    }
+    // Worker 2 takes worker 1's pair by hand: both refuse.
+    w2.sql("ALTER SYSTEM SET snowflake.pair_source = 'config'");
+    w2.sql("ALTER SYSTEM SET snowflake.datacenter_id = 0");
+    w2.sql("ALTER SYSTEM SET snowflake.worker_id = 1");
+    w2.stop("fast");
+    w2.start();
+    let duplicate = |c: &Cluster| {
+        refusal(c)
+            .is_some_and(|(state, m)| state == "55000" && m.contains("also used by another server"))
+    };
+    assert!(eventually(30, || duplicate(&w1)), "{:?}", refusal(&w1));
+    // Worker 2 freezes (every process stopped: it can no longer answer). Its claim stops
+    // changing, as a node's that left would; but a node that does not answer may still issue,
+    // so worker 1 keeps refusing well past the claim expiry (15 s here), and the coordinator,
+    // whose pair is its own, goes on.
+    signal_node(&w2, "-STOP");
+    thread::sleep(Duration::from_secs(35));
+    let still = refusal(&w1);
+    signal_node(&w2, "-CONT");
+    assert!(
+        still
+            .as_ref()
+            .is_some_and(|(s, m)| s == "55000" && m.contains("also used by another server")),
+        "worker 1 took the unreachable node for one that left: {still:?}"
+    );
+    assert!(refusal(&coordinator).is_none());
+    // Worker 2 gets its own pair back: worker 1 issues again.
+    w2.sql("ALTER SYSTEM RESET ALL");
+    w2.stop("fast");
+    w2.start();
+    for n in [&w1, &w2] {
+        assert!(eventually(30, || refusal(n).is_none()), "{:?}", refusal(n));
+    }
+}
+
+#[test]
+fn a_physical_copy_of_a_node_started_beside_it_issues_nothing() {
+    if !citus_available() {
+        return;
+    }
+    let coordinator = derived_node("citus-copy-c", "citus", "");
+    let w1 = derived_node("citus-copy-w1", "citus", "");
+    set_up(&coordinator, &[&w1]);
+    assert!(
+        eventually(30, || refusal(&w1).is_none()),
+        "{:?}",
+        refusal(&w1)
+    );
+    // A pg_basebackup of worker 1, started and promoted beside it (never added to the cluster):
+    // it has worker 1's system identifier, recorded group and metadata, and asks worker 1 like
+    // any node. Worker 1's answer carries another instance than its own: a copy.
+    let mut copy = Cluster::standby_of(&w1, "citus-copy-w1copy");
+    let dir = copy.dir.display().to_string();
+    copy.conf(&format!("citus.local_hostname = '{dir}'"));
+    copy.start();
+    copy.promote();
+    let mut answers = Vec::new();
+    let refused = eventually(30, || {
+        let r = refusal(&copy);
+        answers.push(r.clone());
+        r.is_some_and(|(state, m)| state == "55000" && m.contains("physical copy of this server"))
+    });
+    assert!(refused, "the copy was not refused: {answers:?}");
+    assert!(
+        answers.iter().all(Option::is_some),
+        "the copy issued IDs before it was refused: {answers:?}"
+    );
+    assert_eq!(
+        copy.sql("SELECT pair_source FROM snowflake_node()"),
+        "citus group 1"
+    );
+    assert!(refusal(&w1).is_none());
+}

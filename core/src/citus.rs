@@ -131,12 +131,13 @@ const CLAIM_FORM: &str = "snowflake-claim-1";
 
 /// A claim as the node states it in `snowflake.fleet_claim`: the form's name, then system
 /// identifier, datacenter, worker, version (a number that changes at every refresh of the
-/// node's claim), lease ID, last refresh (Unix ms by the node's clock, shown to people only), and
-/// the last IDs of the pairs it left, separated by spaces. Plain ASCII, so that it reads the same
-/// in a database of any encoding.
-pub fn claim_text(c: &Claim, left_pairs: &[i64]) -> String {
+/// node's claim), lease ID, last refresh (Unix ms by the node's clock, shown to people only), the
+/// server's instance (a random number drawn at every start of the server: a physical copy shares
+/// its original's system identifier, never its instance), and the last IDs of the pairs it left,
+/// separated by spaces. Plain ASCII, so that it reads the same in a database of any encoding.
+pub fn claim_text(c: &Claim, instance: i64, left_pairs: &[i64]) -> String {
     let mut t = format!(
-        "{CLAIM_FORM} {} {} {} {} {} {}",
+        "{CLAIM_FORM} {} {} {} {} {} {} {instance}",
         c.system_identifier, c.datacenter, c.worker, c.version, c.lease_id, c.last_seen_unix_ms
     );
     for id in left_pairs {
@@ -145,10 +146,42 @@ pub fn claim_text(c: &Claim, left_pairs: &[i64]) -> String {
     t
 }
 
-/// The claim and left pairs of [`claim_text`]; `None` for anything else (an empty text: a node
-/// whose lease worker has not written a claim yet; another form: a release that states it
-/// otherwise).
-pub fn parse_claim(text: &str) -> Option<(Claim, Vec<i64>)> {
+/// A claim a node stated ([`claim_text`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Stated {
+    pub claim: Claim,
+    pub instance: i64,
+    pub left_pairs: Vec<i64>,
+}
+
+/// What a node's claim is to this server (system identifier `me`, instance `instance`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Whose {
+    /// This server's own answer (it is a node of the cluster too).
+    Own,
+    /// Another server with this server's system identifier: a physical copy of it, or its
+    /// original.
+    Copy,
+    /// Another server's.
+    Other,
+}
+
+impl Stated {
+    pub fn whose(&self, me: i64, instance: i64) -> Whose {
+        match (
+            self.claim.system_identifier == me,
+            self.instance == instance,
+        ) {
+            (true, true) => Whose::Own,
+            (true, false) => Whose::Copy,
+            (false, _) => Whose::Other,
+        }
+    }
+}
+
+/// The claim of [`claim_text`]; `None` for anything else (an empty text: a node whose lease
+/// worker has not written a claim yet; another form: a release that states it otherwise).
+pub fn parse_claim(text: &str) -> Option<Stated> {
     let mut words = text.split(' ');
     if words.next()? != CLAIM_FORM {
         return None;
@@ -157,13 +190,13 @@ pub fn parse_claim(text: &str) -> Option<(Claim, Vec<i64>)> {
     let system_identifier = n()?;
     let datacenter = u32::try_from(n()?).ok()?;
     let worker = u32::try_from(n()?).ok()?;
-    let (version, lease_id, last_seen_unix_ms) = (n()?, n()?, n()?);
+    let (version, lease_id, last_seen_unix_ms, instance) = (n()?, n()?, n()?, n()?);
     Node::new(datacenter.into(), worker.into()).ok()?;
-    let left = words
+    let left_pairs = words
         .map(|w| w.parse::<i64>().ok())
         .collect::<Option<Vec<_>>>()?;
-    Some((
-        Claim {
+    Some(Stated {
+        claim: Claim {
             system_identifier,
             datacenter,
             worker,
@@ -172,8 +205,9 @@ pub fn parse_claim(text: &str) -> Option<(Claim, Vec<i64>)> {
             lease_id,
             retired: false,
         },
-        left,
-    ))
+        instance,
+        left_pairs,
+    })
 }
 
 /// One node of the Citus cluster as this node's Citus worker last asked it.
@@ -184,7 +218,7 @@ pub struct NodeAnswer {
     /// How many times it has answered since this node's Citus worker started.
     pub answers: u64,
     /// Its last answer's claim (`None`: no claim, e.g. no snowflake there).
-    pub claim: Option<(Claim, Vec<i64>)>,
+    pub claim: Option<Stated>,
     /// Whether its last ask failed (it could not be reached, or the ask failed there).
     pub failing: bool,
 }
@@ -311,19 +345,40 @@ mod tests {
     #[test]
     fn a_claim_reads_back_as_it_was_stated() {
         let c = claim(9);
-        assert_eq!(parse_claim(&claim_text(&c, &[])), Some((c, vec![])));
+        let stated = |instance, left_pairs: Vec<i64>| Stated {
+            claim: c,
+            instance,
+            left_pairs,
+        };
+        assert_eq!(
+            parse_claim(&claim_text(&c, 77, &[])),
+            Some(stated(77, vec![]))
+        );
         let left = vec![5, 1 << 33];
-        assert_eq!(parse_claim(&claim_text(&c, &left)), Some((c, left)));
+        assert_eq!(
+            parse_claim(&claim_text(&c, -3, &left)),
+            Some(stated(-3, left))
+        );
         for bad in [
             "",
-            "snowflake-claim-2 1 1 1 1 1 1",
-            "snowflake-claim-1 1 1 1 1 1",
-            "snowflake-claim-1 1 32 1 1 1 1",
-            "snowflake-claim-1 1 1 -1 1 1 1",
-            "snowflake-claim-1 1 1 1 1 1 1 x",
+            "snowflake-claim-2 1 1 1 1 1 1 1",
+            "snowflake-claim-1 1 1 1 1 1 1",
+            "snowflake-claim-1 1 32 1 1 1 1 1",
+            "snowflake-claim-1 1 1 -1 1 1 1 1",
+            "snowflake-claim-1 1 1 1 1 1 1 1 x",
         ] {
             assert_eq!(parse_claim(bad), None, "{bad:?}");
         }
+    }
+
+    #[test]
+    fn a_claim_of_this_servers_system_identifier_from_another_instance_is_a_copy() {
+        let c = claim(1);
+        let me = c.system_identifier;
+        let s = parse_claim(&claim_text(&c, 5, &[])).unwrap();
+        assert_eq!(s.whose(me, 5), Whose::Own);
+        assert_eq!(s.whose(me, 6), Whose::Copy);
+        assert_eq!(s.whose(me + 1, 5), Whose::Other);
     }
 
     fn answer(node: &str, answers: u64, failing: bool) -> NodeAnswer {

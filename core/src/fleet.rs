@@ -285,6 +285,13 @@ impl CopyWatch {
         Some(found)
     }
 
+    /// Another running server states a claim under this server's system identifier, answering
+    /// for itself (a Citus node's answer, whose instance is not this server's: see
+    /// [`crate::citus::Whose::Copy`]): a copy, seen at `now_ms`, whatever its row here says.
+    pub fn sighted(&mut self, now_ms: u64, claim: Claim) {
+        self.seen = Some((claim, now_ms));
+    }
+
     /// The copy's claim, while one was seen within `expiry_ms` before `now_ms`, or at any time
     /// while claims may be stale here (`PathWatch::claims_may_be_stale`: a copy whose claims
     /// stopped arriving cannot be told from one that stopped).

@@ -438,6 +438,24 @@ impl Worker {
 
     /// What the refresh's transaction read (rule 6), at monotonic `now_ms`: sets or clears the
     /// refusal.
+    ///
+    /// A copy's claim that a Citus node answered with (`copies`) counts as sighted at `now_ms`
+    /// ([`CopyWatch::sighted`]) before the claims are judged.
+    pub fn refreshed_with_copies(
+        &mut self,
+        now_ms: u64,
+        read: Refreshed,
+        copies: &[Claim],
+        settings: &Settings,
+        state: &mut State,
+    ) -> FleetView {
+        for c in copies {
+            self.copies.sighted(now_ms, *c);
+        }
+        self.refreshed(now_ms, read, settings, state)
+    }
+
+    /// As [`Worker::refreshed_with_copies`] with no copy answered: see there.
     pub fn refreshed(
         &mut self,
         now_ms: u64,
