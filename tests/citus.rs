@@ -413,6 +413,37 @@ fn a_node_restarted_with_another_nodes_pair_is_refused_and_the_others_go_on() {
          SELECT create_distributed_table('by_id', 'id');",
     );
 
+    // An ordinary role on every node holds the strongest lock on pg_settings (PUBLIC may update
+    // the view, so any role may lock it) for longer than the check may take: the nodes' answers
+    // must not wait for it.
+    let lockers: Vec<std::process::Child> = cluster
+        .nodes()
+        .iter()
+        .map(|n| {
+            n.sql("SET citus.enable_ddl_propagation = off; CREATE ROLE mallory LOGIN");
+            n.psql_cmd_as("mallory", "postgres")
+                .args([
+                    "-c",
+                    "BEGIN",
+                    "-c",
+                    "LOCK TABLE pg_catalog.pg_settings IN ACCESS EXCLUSIVE MODE",
+                    "-c",
+                    "SELECT pg_sleep(90)",
+                ])
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for n in cluster.nodes() {
+        assert!(eventually(10, || {
+            n.sql(
+            "SELECT count(*) FROM pg_locks WHERE relation = 'pg_catalog.pg_settings'::regclass AND mode = 'AccessExclusiveLock' AND granted"
+        ) == "1"
+        }));
+    }
+
     // Worker 2 comes back with worker 1's pair: within 30 s it is refused.
     let w2 = &mut cluster.workers[1];
     w2.stop("fast");
@@ -446,6 +477,11 @@ fn a_node_restarted_with_another_nodes_pair_is_refused_and_the_others_go_on() {
         "1000|1000|1000"
     );
     assert!(!coord.log().contains("also used by another server"));
+
+    for mut l in lockers {
+        let _ = l.kill();
+        let _ = l.wait();
+    }
 
     // Its own pair back: both workers generate again.
     let w2 = &mut cluster.workers[1];
