@@ -755,6 +755,22 @@ fn pairs_come_from_citus_groups_a_node_added_needs_nothing_more_and_a_changed_gr
         "{:?}",
         refusal(&w3)
     );
+    // The claim it states keeps the pair it left, with the last ID it may have issued there (the
+    // floor for whoever takes that pair): the form's name and seven fields, then the pairs left.
+    let claim = w3.sql("SHOW snowflake.fleet_claim");
+    let left: Vec<i64> = claim
+        .split(' ')
+        .skip(8)
+        .map(|w| w.parse().unwrap())
+        .collect();
+    // (Pair 1 is there too, from its hand-set spell above, on which it issued nothing.)
+    let on_3: Vec<i64> = left
+        .iter()
+        .copied()
+        .filter(|&id| w3.sql_i64(&format!("SELECT snowflake_worker_id({id})")) == 3)
+        .collect();
+    assert_eq!(on_3.len(), 1, "{claim}");
+    assert!(on_3[0] >= before, "{claim}: below {before}");
     w3.sql("INSERT INTO by_id (via) SELECT 4 FROM generate_series(1, 200)");
     assert_eq!(
         coordinator.sql_i64(&format!(
