@@ -46,12 +46,10 @@ citus.shard_count = 4
 snowflake.claim_expiry = '15s'
 snowflake.citus_database = 'postgres'";
 
-/// A Citus node with datacenter 1 and worker `worker`: the coordinator is 0, workers 1, 2, 3.
-fn node(name: &str, worker: u32, faketime: bool) -> Cluster {
-    let mut c = Cluster::new(
-        name,
-        &format!("{NODE_CONF}\nsnowflake.datacenter_id = 1\nsnowflake.worker_id = {worker}"),
-    );
+/// A Citus node configured with `NODE_CONF` and `extra`, started; with a clock that the test can
+/// move (libfaketime) when `faketime`.
+fn citus_node(name: &str, extra: &str, faketime: bool) -> Cluster {
+    let mut c = Cluster::new(name, &format!("{NODE_CONF}\n{extra}"));
     // Nodes reach each other (and the coordinator itself) through their Unix sockets.
     let dir = c.dir.display().to_string();
     c.conf(&format!("citus.local_hostname = '{dir}'"));
@@ -62,6 +60,15 @@ fn node(name: &str, worker: u32, faketime: bool) -> Cluster {
     c
 }
 
+/// A Citus node with datacenter 1 and worker `worker`: the coordinator is 0, workers 1, 2, 3.
+fn node(name: &str, worker: u32, faketime: bool) -> Cluster {
+    citus_node(
+        name,
+        &format!("snowflake.datacenter_id = 1\nsnowflake.worker_id = {worker}"),
+        faketime,
+    )
+}
+
 /// A Citus node whose pair comes from its Citus group (`pair_source`): nothing else set.
 fn derived_node(name: &str, source: &str, extra: &str) -> Cluster {
     derived_node_with_clock(name, source, extra, false)
@@ -69,17 +76,11 @@ fn derived_node(name: &str, source: &str, extra: &str) -> Cluster {
 
 /// `derived_node`, with a clock that the test can move (libfaketime) when `faketime`.
 fn derived_node_with_clock(name: &str, source: &str, extra: &str, faketime: bool) -> Cluster {
-    let mut c = Cluster::new(
+    citus_node(
         name,
-        &format!("{NODE_CONF}\nsnowflake.pair_source = '{source}'\n{extra}"),
-    );
-    let dir = c.dir.display().to_string();
-    c.conf(&format!("citus.local_hostname = '{dir}'"));
-    if faketime {
-        c.fake_time(None);
-    }
-    c.start();
-    c
+        &format!("snowflake.pair_source = '{source}'\n{extra}"),
+        faketime,
+    )
 }
 
 /// The recipe that makes `coordinator` and `workers` one cluster.
@@ -120,6 +121,30 @@ fn refusal(c: &Cluster) -> Option<(String, String)> {
     c.try_sql("SELECT snowflake_nextval()")
         .err()
         .map(|e| (e.sqlstate, e.message))
+}
+
+/// Restarts `c` with a hand-set pair (`ALTER SYSTEM`, over its `pair_source`), or with its
+/// configuration's again (`None`).
+fn restart_with_pair(c: &mut Cluster, pair: Option<(u32, u32)>) {
+    match pair {
+        // One statement at a time: ALTER SYSTEM runs in no transaction block.
+        Some((dc, w)) => {
+            c.sql("ALTER SYSTEM SET snowflake.pair_source = 'config'");
+            c.sql(&format!("ALTER SYSTEM SET snowflake.datacenter_id = {dc}"));
+            c.sql(&format!("ALTER SYSTEM SET snowflake.worker_id = {w}"));
+        }
+        None => {
+            c.sql("ALTER SYSTEM RESET ALL");
+        }
+    };
+    c.stop("fast");
+    c.start();
+}
+
+/// Whether `c` refuses because another server claims its pair.
+fn duplicate(c: &Cluster) -> bool {
+    refusal(c)
+        .is_some_and(|(state, m)| state == "55000" && m.contains("also used by another server"))
 }
 
 fn host_port(c: &Cluster) -> String {
@@ -183,15 +208,48 @@ INSERT INTO by_tenant (tenant, via) VALUES (:tenant, :via);
 INSERT INTO by_id (via) VALUES (:via);
 ";
 
-/// Rows whose ID does not carry the worker ID of the node that received them, and duplicates.
-fn assert_ids_name_their_node(c: &Cluster, table: &str) {
+/// pgbench with `INSERTS` through each node at once, `transactions` for each of two clients,
+/// with `via` naming the node (a pgbench variable).
+fn insert_through_every_node(nodes: &[(&Cluster, String)], transactions: u32) {
+    let t = transactions.to_string();
+    thread::scope(|s| {
+        for (n, via) in nodes {
+            let t = &t;
+            s.spawn(move || {
+                n.pgbench_ok(
+                    INSERTS,
+                    &["-c", "2", "-j", "1", "-t", t, "-D", &format!("via={via}")],
+                )
+            });
+        }
+    });
+}
+
+/// How many rows of `table` each node received, as `via:count,...`.
+fn rows_by_via(c: &Cluster, table: &str) -> String {
+    c.sql(&format!(
+        "SELECT string_agg(via || ':' || n, ',' ORDER BY via) FROM (SELECT via, count(*) n FROM {table} GROUP BY via) v"
+    ))
+}
+
+/// No row of `table` matches `wrong` (a condition on `id` and `via`), and no ID repeats.
+fn assert_no_row(c: &Cluster, table: &str, wrong: &str, what: &str) {
     assert_eq!(
         c.sql(&format!(
-            "SELECT count(*) FILTER (WHERE via >= 0 AND (snowflake_worker_id(id) <> via OR snowflake_datacenter_id(id) <> 1)), \
-                    count(*) - count(DISTINCT id) FROM {table}"
+            "SELECT count(*) FILTER (WHERE {wrong}), count(*) - count(DISTINCT id) FROM {table}"
         )),
         "0|0",
-        "{table}: IDs that do not name their node, and duplicates"
+        "{table}: {what}, and duplicates"
+    );
+}
+
+/// Rows whose ID does not carry the worker ID of the node that received them, and duplicates.
+fn assert_ids_name_their_node(c: &Cluster, table: &str) {
+    assert_no_row(
+        c,
+        table,
+        "via >= 0 AND (snowflake_worker_id(id) <> via OR snowflake_datacenter_id(id) <> 1)",
+        "IDs that do not name their node",
     );
 }
 
@@ -205,33 +263,14 @@ fn every_node_generates_the_ids_of_the_rows_it_receives() {
     coord.sql(TABLES);
 
     // pgbench through the coordinator and directly through each worker, all at once.
-    thread::scope(|s| {
-        for n in cluster.nodes() {
-            let via = n.sql("SHOW snowflake.worker_id");
-            s.spawn(move || {
-                n.pgbench_ok(
-                    INSERTS,
-                    &[
-                        "-c",
-                        "2",
-                        "-j",
-                        "1",
-                        "-t",
-                        "500",
-                        "-D",
-                        &format!("via={via}"),
-                    ],
-                )
-            });
-        }
-    });
+    let via: Vec<(&Cluster, String)> = cluster
+        .nodes()
+        .into_iter()
+        .map(|n| (n, n.sql("SHOW snowflake.worker_id")))
+        .collect();
+    insert_through_every_node(&via, 500);
     for table in ["by_tenant", "by_id"] {
-        assert_eq!(
-            coord.sql(&format!(
-                "SELECT string_agg(via || ':' || n, ',' ORDER BY via) FROM (SELECT via, count(*) n FROM {table} GROUP BY via) v"
-            )),
-            "0:1000,1:1000,2:1000"
-        );
+        assert_eq!(rows_by_via(coord, table), "0:1000,1:1000,2:1000");
         assert_ids_name_their_node(coord, table);
     }
     // The rows are spread over both workers' shards, wherever they were received.
@@ -611,13 +650,11 @@ fn a_worker_crashed_with_its_clock_set_back_and_a_node_added_with_a_rebalance_ke
 /// Rows whose ID does not carry the Citus group of the node that received them (`via`), under
 /// `pair_source = 'citus'` (datacenter = group / 32, worker = group % 32), and duplicates.
 fn assert_ids_carry_their_group(c: &Cluster, table: &str) {
-    assert_eq!(
-        c.sql(&format!(
-            "SELECT count(*) FILTER (WHERE snowflake_datacenter_id(id) * 32 + snowflake_worker_id(id) <> via), \
-                    count(*) - count(DISTINCT id) FROM {table}"
-        )),
-        "0|0",
-        "{table}: IDs that do not carry their node's group, and duplicates"
+    assert_no_row(
+        c,
+        table,
+        "snowflake_datacenter_id(id) * 32 + snowflake_worker_id(id) <> via",
+        "IDs that do not carry their node's group",
     );
 }
 
@@ -644,32 +681,14 @@ fn pairs_come_from_citus_groups_a_node_added_needs_nothing_more_and_a_changed_gr
         );
     }
     coordinator.sql(TABLES);
-    thread::scope(|s| {
-        for (n, group) in nodes.iter().zip(0..) {
-            s.spawn(move || {
-                n.pgbench_ok(
-                    INSERTS,
-                    &[
-                        "-c",
-                        "2",
-                        "-j",
-                        "1",
-                        "-t",
-                        "300",
-                        "-D",
-                        &format!("via={group}"),
-                    ],
-                )
-            });
-        }
-    });
+    let via: Vec<(&Cluster, String)> = nodes
+        .iter()
+        .zip(0..)
+        .map(|(n, g)| (*n, format!("{g}")))
+        .collect();
+    insert_through_every_node(&via, 300);
     for table in ["by_tenant", "by_id"] {
-        assert_eq!(
-            coordinator.sql(&format!(
-                "SELECT string_agg(via || ':' || n, ',' ORDER BY via) FROM (SELECT via, count(*) n FROM {table} GROUP BY via) v"
-            )),
-            "0:600,1:600,2:600"
-        );
+        assert_eq!(rows_by_via(&coordinator, table), "0:600,1:600,2:600");
         assert_ids_carry_their_group(&coordinator, table);
     }
 
@@ -697,25 +716,13 @@ fn pairs_come_from_citus_groups_a_node_added_needs_nothing_more_and_a_changed_gr
 
     // Restarted with a hand-set pair that worker 1's group holds, and no recipe: refused within
     // 30 s, and so is worker 1 (the safe side); the others raise no alarm.
-    w3.sql("ALTER SYSTEM SET snowflake.pair_source = 'config'");
-    w3.sql("ALTER SYSTEM SET snowflake.datacenter_id = 0");
-    w3.sql("ALTER SYSTEM SET snowflake.worker_id = 1");
-    w3.stop("fast");
-    w3.start();
-    let duplicate = |c: &Cluster| {
-        refusal(c)
-            .is_some_and(|(state, m)| state == "55000" && m.contains("also used by another server"))
-    };
+    restart_with_pair(&mut w3, Some((0, 1)));
     assert!(eventually(30, || duplicate(&w3)), "{:?}", refusal(&w3));
     assert!(eventually(30, || duplicate(&w1)), "{:?}", refusal(&w1));
     for n in [&coordinator, &w2] {
         assert!(refusal(n).is_none());
     }
-    w3.sql("ALTER SYSTEM RESET snowflake.pair_source");
-    w3.sql("ALTER SYSTEM RESET snowflake.datacenter_id");
-    w3.sql("ALTER SYSTEM RESET snowflake.worker_id");
-    w3.stop("fast");
-    w3.start();
+    restart_with_pair(&mut w3, None);
     for n in [&w1, &w3] {
         assert!(eventually(30, || refusal(n).is_none()), "{:?}", refusal(n));
     }
@@ -803,46 +810,35 @@ fn groups_beyond_what_each_pair_source_holds_are_refused() {
             })
         })
     };
+    // The last group a source holds issues with its pair; the next one is refused. Both nodes
+    // stay up: a node of the cluster that is down would fail the next citus_add_node.
+    let limit = |source: &str, extra: &str, last_group: i64, pair: &str| {
+        restart_groups_at(last_group);
+        let last = derived_node(&format!("citus-limits-{last_group}"), source, extra);
+        add_node(&coordinator, &last);
+        assert!(
+            eventually(30, || refusal(&last).is_none()),
+            "{:?}",
+            refusal(&last)
+        );
+        assert_eq!(
+            last.sql("SELECT snowflake_datacenter_id(snowflake_nextval()), snowflake_worker_id(snowflake_nextval())"),
+            pair
+        );
+        let past = derived_node(&format!("citus-limits-{}", last_group + 1), source, extra);
+        add_node(&coordinator, &past);
+        assert!(beyond(&past, last_group + 1), "{:?}", refusal(&past));
+        (last, past)
+    };
     // 'citus_in_datacenter': the configured datacenter, the group as the worker, 0 to 31.
-    restart_groups_at(31);
-    let last = derived_node(
-        "citus-limits-31",
+    let _up = limit(
         "citus_in_datacenter",
         "snowflake.datacenter_id = 5",
+        31,
+        "5|31",
     );
-    add_node(&coordinator, &last);
-    assert!(
-        eventually(30, || refusal(&last).is_none()),
-        "{:?}",
-        refusal(&last)
-    );
-    assert_eq!(
-        last.sql("SELECT snowflake_datacenter_id(snowflake_nextval()), snowflake_worker_id(snowflake_nextval())"),
-        "5|31"
-    );
-    let past = derived_node(
-        "citus-limits-32",
-        "citus_in_datacenter",
-        "snowflake.datacenter_id = 5",
-    );
-    add_node(&coordinator, &past);
-    assert!(beyond(&past, 32), "{:?}", refusal(&past));
     // 'citus': the whole pair, 0 to 1023.
-    restart_groups_at(1023);
-    let last = derived_node("citus-limits-1023", "citus", "");
-    add_node(&coordinator, &last);
-    assert!(
-        eventually(30, || refusal(&last).is_none()),
-        "{:?}",
-        refusal(&last)
-    );
-    assert_eq!(
-        last.sql("SELECT snowflake_datacenter_id(snowflake_nextval()), snowflake_worker_id(snowflake_nextval())"),
-        "31|31"
-    );
-    let past = derived_node("citus-limits-1024", "citus", "");
-    add_node(&coordinator, &past);
-    assert!(beyond(&past, 1024), "{:?}", refusal(&past));
+    let (_last, past) = limit("citus", "", 1023, "31|31");
     assert_eq!(
         past.sql("SELECT pair_source FROM snowflake_node()"),
         "citus (group 1024 out of range)"
@@ -878,15 +874,7 @@ fn a_node_that_cannot_be_reached_does_not_look_like_a_node_that_left() {
         assert!(eventually(30, || refusal(n).is_none()), "{:?}", refusal(n));
     }
     // Worker 2 takes worker 1's pair by hand: both refuse.
-    w2.sql("ALTER SYSTEM SET snowflake.pair_source = 'config'");
-    w2.sql("ALTER SYSTEM SET snowflake.datacenter_id = 0");
-    w2.sql("ALTER SYSTEM SET snowflake.worker_id = 1");
-    w2.stop("fast");
-    w2.start();
-    let duplicate = |c: &Cluster| {
-        refusal(c)
-            .is_some_and(|(state, m)| state == "55000" && m.contains("also used by another server"))
-    };
+    restart_with_pair(&mut w2, Some((0, 1)));
     assert!(eventually(30, || duplicate(&w1)), "{:?}", refusal(&w1));
     // Worker 2 freezes (every process stopped: it can no longer answer). Its claim stops
     // changing, as a node's that left would; but a node that does not answer may still issue,
@@ -904,9 +892,7 @@ fn a_node_that_cannot_be_reached_does_not_look_like_a_node_that_left() {
     );
     assert!(refusal(&coordinator).is_none());
     // Worker 2 gets its own pair back: worker 1 issues again.
-    w2.sql("ALTER SYSTEM RESET ALL");
-    w2.stop("fast");
-    w2.start();
+    restart_with_pair(&mut w2, None);
     for n in [&w1, &w2] {
         assert!(eventually(30, || refusal(n).is_none()), "{:?}", refusal(n));
     }
