@@ -307,7 +307,7 @@ fn pair_refused(pair: PairState) -> ! {
         PairState::Changed { recorded, now } => (
             format!("snowflake ID generation is refused: this node's Citus group changed from {recorded} to {now}"),
             format!("snowflake.pair_source is '{source}': this node's pair came from Citus group {recorded}, recorded in _snowflake.citus_group in database \"{}\", and the Citus metadata of database \"{database}\" gives it group {now} now. Citus gives a node a new group when it is removed and added again, and a node started from another node's backup carries that node's group; the node stops rather than switch pairs unseen.", config::database()),
-            format!("If this node was removed and added again, let it take the new group: DELETE FROM _snowflake.citus_group in database \"{}\", then restart it (its IDs continue above every ID it issued). If it was started from another node's backup, it is a copy of that node (its system identifier is the other's): stop it, and make a new node from a new cluster (initdb) instead.", config::database()),
+            format!("If this node was removed and added again, let it take the new group: DELETE FROM _snowflake.citus_group in database \"{}\", then restart it (its IDs continue above every ID it issued). If it was started from another node's backup, it is a copy of that node (its system identifier is the other's): stop it, remove it from the cluster (citus_remove_node), and make a new node from a new cluster (initdb) instead.", config::database()),
         ),
         PairState::Beyond { group, max } => (
             format!("snowflake ID generation is refused: Citus group {group} is beyond what snowflake.pair_source = '{source}' holds"),

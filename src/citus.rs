@@ -87,8 +87,9 @@ pub struct CitusShared {
     pub rounds: u64,
     /// This node's group, -1 while it is in no cluster (or not read yet).
     pub group: i64,
-    /// Whether the last round found Citus in the database.
+    /// Whether the last look found Citus in the database, and how many looks there were.
     pub citus_present: bool,
+    pub looks: u64,
     /// Why the worker cannot read the cluster, if it cannot (an object no superuser owns).
     pub problem: crate::generator::ForeignObject,
     count: u32,
@@ -102,6 +103,7 @@ impl Default for CitusShared {
             rounds: 0,
             group: -1,
             citus_present: false,
+            looks: 0,
             problem: crate::generator::ForeignObject::NONE,
             count: 0,
             nodes: [Slot::EMPTY; MAX_NODES],
@@ -219,7 +221,7 @@ const GROUP_SQL: &str = "
                     WHERE n.groupid OPERATOR(pg_catalog.=) l.groupid AND n.isactive
                       AND n.noderole::pg_catalog.text OPERATOR(pg_catalog.=) 'primary')";
 
-/// Every active primary node, as `host:port`, with its answer (both ASCII, other bytes escaped:
+/// Every primary node (a disabled one too: it may still run), as `host:port`, with its answer (both ASCII, other bytes escaped:
 /// an error message in a LATIN1 database may hold any byte).
 const NODES_SQL: &str = "
     SELECT pg_catalog.encode(pg_catalog.convert_to(
@@ -230,19 +232,22 @@ const NODES_SQL: &str = "
                    pg_catalog.array_agg(n.nodeport ORDER BY n.nodeid) AS ports,
                    pg_catalog.array_agg($1::pg_catalog.text ORDER BY n.nodeid) AS asks
               FROM pg_catalog.pg_dist_node n
-             WHERE n.isactive AND n.noderole::pg_catalog.text OPERATOR(pg_catalog.=) 'primary'
+             WHERE n.noderole::pg_catalog.text OPERATOR(pg_catalog.=) 'primary'
             HAVING pg_catalog.count(*) OPERATOR(pg_catalog.>) 0) a
      CROSS JOIN LATERAL pg_catalog.master_run_on_worker(a.names, a.ports, a.asks, true) r";
 
-/// What one round found.
+/// What one round found: first the node's own group (published at once), then the answers (a
+/// node that holds its answer back holds only them).
 struct Round {
     present: bool,
     group: Option<i64>,
     problem: Option<String>,
-    answers: Vec<(String, bool, String)>,
 }
 
-fn read_round() -> Round {
+/// The answers of the nodes: (`host:port`, whether the ask succeeded, the answer or the error).
+type Answers = Vec<(String, bool, String)>;
+
+fn read_group() -> Round {
     Spi::connect(|client| {
         let first = client
             .select(CITUS_OBJECTS_SQL, Some(1), &[])
@@ -256,7 +261,6 @@ fn read_round() -> Round {
                 present,
                 group: None,
                 problem,
-                answers: Vec::new(),
             };
         }
         let group = client
@@ -264,7 +268,17 @@ fn read_round() -> Round {
             .expect("read the node's group")
             .next()
             .and_then(|row| row.get::<i64>(1).ok().flatten());
-        let answers = client
+        Round {
+            present,
+            group,
+            problem: None,
+        }
+    })
+}
+
+fn read_answers() -> Answers {
+    Spi::connect(|client| {
+        client
             .select(NODES_SQL, None, &[ASK.into()])
             .expect("ask the nodes for their claims")
             .map(|row| {
@@ -274,30 +288,39 @@ fn read_round() -> Round {
                     row.get::<String>(3).ok().flatten().unwrap_or_default(),
                 )
             })
-            .collect();
-        Round {
-            present,
-            group,
-            problem: None,
-            answers,
-        }
+            .collect()
     })
 }
 
-/// Publishes a round: the group, and each node's answer (a node no longer listed is dropped; one
-/// whose ask failed keeps its last claim).
-fn publish(round: Round) {
+/// Publishes the node's group, and whether Citus is there to ask.
+fn publish_group(round: &Round) {
     let mut g = CITUS.exclusive();
-    g.rounds += 1;
     g.group = round.group.unwrap_or(-1);
     g.citus_present = round.present;
+    g.looks += 1;
     g.problem = match &round.problem {
         Some(p) => crate::generator::ForeignObject::new(p, ""),
         None => crate::generator::ForeignObject::NONE,
     };
+}
+
+/// Publishes a round's answers: each node's (a node no longer listed is dropped; one whose ask
+/// failed, or that answered with no claim after it had stated one, keeps its last claim and
+/// counts as failing). `None`: nothing could be asked (no Citus, or metadata not trusted), and
+/// every node counts as failing, its claim kept.
+fn publish(answers: Option<Answers>) {
+    let mut g = CITUS.exclusive();
+    g.rounds += 1;
+    let Some(answers) = answers else {
+        let count = g.count as usize;
+        for slot in &mut g.nodes[..count] {
+            slot.failing = true;
+        }
+        return;
+    };
     let before: Vec<Slot> = g.nodes[..g.count as usize].to_vec();
     let mut count = 0;
-    for (name, success, result) in round.answers.iter().take(MAX_NODES) {
+    for (name, success, result) in answers.iter().take(MAX_NODES) {
         let name = fit(name);
         let mut slot = before
             .iter()
@@ -324,10 +347,10 @@ fn publish(round: Round) {
                     slot.left_len = keep.len() as u32;
                     slot.left[..keep.len()].copy_from_slice(keep);
                 }
-                None => {
-                    slot.has_claim = false;
-                    slot.left_len = 0;
-                }
+                // A server that restarted states no claim until its lease worker has written one:
+                // what it stated before stays, unproven, until then.
+                None if slot.has_claim => slot.failing = true,
+                None => slot.left_len = 0,
             }
         }
         g.nodes[count] = slot;
@@ -346,14 +369,14 @@ pub fn group() -> (Option<i64>, u64) {
     ((g.group >= 0).then_some(g.group), g.rounds)
 }
 
-/// What the Citus worker has found so far: whether it has completed a round, and whether Citus
-/// was in the database then (for the messages of a node with no group).
+/// What the Citus worker has found so far: whether it has looked at the database, and whether
+/// Citus was there then (for the messages of a node with no group).
 pub fn found() -> (bool, bool) {
     if !enabled() {
         return (false, false);
     }
     let g = CITUS.share();
-    (g.rounds > 0, g.citus_present)
+    (g.looks > 0, g.citus_present)
 }
 
 /// Why the Citus worker cannot read the cluster (an object no superuser owns), if it cannot.
@@ -466,7 +489,8 @@ pub extern "C-unwind" fn snowflake_citus_worker_main(_arg: pg_sys::Datum) {
     log!("snowflake citus worker started in database \"{database}\"");
     let mut said: Option<(Option<i64>, Option<String>)> = None;
     loop {
-        let round = within_limit(|| BackgroundWorker::transaction(read_round));
+        let round = within_limit(|| BackgroundWorker::transaction(read_group));
+        publish_group(&round);
         let seen = (round.group, round.problem.clone());
         if said.as_ref() != Some(&seen) {
             match (&seen.0, &seen.1) {
@@ -476,7 +500,9 @@ pub extern "C-unwind" fn snowflake_citus_worker_main(_arg: pg_sys::Datum) {
             }
             said = Some(seen);
         }
-        publish(round);
+        let answers = (round.present && round.problem.is_none())
+            .then(|| within_limit(|| BackgroundWorker::transaction(read_answers)));
+        publish(answers);
         // The lease worker may be waiting for the group.
         crate::generator::wake_worker();
         crate::session::nap(ASK_EVERY);

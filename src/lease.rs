@@ -459,6 +459,11 @@ fn renew(worker: &mut Worker, settings: &Settings, now_ms: u64) {
     });
     if let (Some(write), Some((written, found))) = (plan.write, written) {
         let mut g = GENERATOR.exclusive();
+        // What the Citus nodes read follows the lease at once, as the row does (its version stays
+        // the refresh's).
+        if let Some(c) = version.1.filter(|_| g.own_claim.system_identifier != 0) {
+            g.own_claim.lease_id = g.own_claim.lease_id.max(c.lease_id);
+        }
         worker.renew_committed(
             now_ms,
             &write,
@@ -714,10 +719,14 @@ fn resolve_pair() -> (Node, Option<i64>) {
                         if recorded.is_none() {
                             record_group(group);
                         }
+                        let refused_for_pair = GENERATOR.share().pair.refuses();
                         set_pair(PairState::Group(group), &mut said);
                         let mut g = GENERATOR.exclusive();
                         g.node_bits = node.bits();
-                        g.state.set_refused(false);
+                        // Only the refusal the pair itself set (another one stays).
+                        if refused_for_pair {
+                            g.state.set_refused(false);
+                        }
                         return (node, Some(group));
                     }
                 }

@@ -89,7 +89,7 @@ const DATABASE_SETTINGS_SQL: &str = "
                AND d.setrole OPERATOR(pg_catalog.=) ANY (ARRAY[0::pg_catalog.oid,
                        (SELECT r.oid FROM pg_catalog.pg_roles r
                          WHERE r.rolname OPERATOR(pg_catalog.=) SESSION_USER)])) n
-      LEFT JOIN pg_catalog.pg_settings s
+      LEFT JOIN pg_catalog.pg_show_all_settings() s
         ON pg_catalog.lower(s.name) OPERATOR(pg_catalog.=) n.name
      ORDER BY 1";
 

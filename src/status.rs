@@ -71,7 +71,7 @@ fn snowflake_node() -> TableIterator<
         crate::fleet::system_identifier(),
         conflict.map(|c| c.system_identifier),
         conflict.as_ref().and_then(crate::fleet::last_seen),
-        config::pair_set(),
+        config::pair_set() || config::pair_source().from_citus(),
         shared.database_owner.get().map(|(_, owner)| owner),
         match shared.database_trust {
             DatabaseTrust::Unknown => None,

@@ -449,7 +449,15 @@ impl Worker {
         settings: &Settings,
         state: &mut State,
     ) -> FleetView {
-        for c in copies {
+        // One sighting is kept: a copy on this server's pair last, so that it is the one.
+        let ours = |c: &&Claim| {
+            (c.datacenter, c.worker) == (settings.node.datacenter(), settings.node.worker())
+        };
+        for c in copies
+            .iter()
+            .filter(|c| !ours(c))
+            .chain(copies.iter().filter(ours))
+        {
             self.copies.sighted(now_ms, *c);
         }
         self.refreshed(now_ms, read, settings, state)
