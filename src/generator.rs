@@ -79,6 +79,15 @@ impl PairState {
     }
 }
 
+/// A random number from PostgreSQL's strong random source (the node token, the instance).
+pub fn strong_random() -> i64 {
+    let mut buf = [0u8; 8];
+    // SAFETY: a valid buffer of the length given.
+    let ok = unsafe { pg_sys::pg_strong_random(buf.as_mut_ptr().cast(), buf.len()) };
+    assert!(ok, "no strong random source");
+    i64::from_ne_bytes(buf)
+}
+
 /// The pair IDs are issued with now.
 pub fn node() -> crate::core::layout::Node {
     crate::core::layout::Node::from_bits(GENERATOR.share().node_bits)
@@ -165,13 +174,7 @@ impl Default for Shared {
             own_claim: crate::core::fleet::Claim::NONE,
             own_left: [0; 16],
             own_left_len: 0,
-            instance: {
-                let mut buf = [0u8; 8];
-                // SAFETY: a valid buffer of the length given.
-                let ok = unsafe { pg_sys::pg_strong_random(buf.as_mut_ptr().cast(), buf.len()) };
-                assert!(ok, "no strong random source");
-                i64::from_ne_bytes(buf)
-            },
+            instance: strong_random(),
         }
     }
 }

@@ -252,12 +252,8 @@ fn wait_while_untrusted_database(said: &mut Option<(DatabaseTrust, String)>) {
 
 /// A random node token (see [`crate::core::fleet`]), from PostgreSQL's strong random source.
 fn random_token() -> i64 {
-    let mut buf = [0u8; 8];
-    // SAFETY: a valid buffer of the length given.
-    let ok = unsafe { pg_sys::pg_strong_random(buf.as_mut_ptr().cast(), buf.len()) };
-    assert!(ok, "no strong random source");
     // Positive and above the sequence's MINVALUE 1.
-    (i64::from_ne_bytes(buf) & ((1 << 62) - 1)) | 1
+    (crate::generator::strong_random() & ((1 << 62) - 1)) | 1
 }
 
 /// What the worker keeps in `_snowflake`, each with the statements that make it: run only
