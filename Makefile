@@ -28,6 +28,10 @@ UPGRADE_SOURCES = $(foreach m,$(UPGRADE_FROM),$(if $(shell [ $(m) -le $(PG_MAJOR
 FEATURES := --no-default-features --features pg$(PG_MAJOR)
 VERSION  := $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+# Every cargo call goes through scripts/cargo, which says why (pgrx 0.19 declares Rust 1.96; this
+# toolchain is 1.95) and adds `--ignore-rust-version` where cargo takes it. `$(CARGO) pgrx ...` runs
+# cargo-pgrx through it too.
+CARGO := $(CURDIR)/scripts/cargo
 
 DEPS_LEVELS := build package unit demo test bench
 
@@ -50,7 +54,7 @@ pg-config:
 # The scripts under sql/ (the frozen first release and the upgrade scripts) go beside the
 # current version's script that cargo pgrx generates.
 install: deps-build
-	$(SUDO) env PATH="$$PATH" HOME="$$HOME" cargo pgrx install --release --pg-config $(PG_CONFIG) $(FEATURES)
+	$(SUDO) env PATH="$$PATH" HOME="$$HOME" $(CARGO) pgrx install --release --pg-config $(PG_CONFIG) $(FEATURES)
 	$(SUDO) install -m 644 sql/snowflake--*.sql "$$($(PG_CONFIG) --sharedir)/extension/"
 
 # An installable .deb under target/ (no Rust needed where it is installed).
@@ -73,19 +77,19 @@ test: unit glue-unit sim-budget loom
 # snowflake-core has no pgrx and no PostgreSQL in its tree, so nothing is installed for them.
 # The simulator's own tests too.
 unit:
-	cargo test -p snowflake-core -p snowflake-sim
+	$(CARGO) test -p snowflake-core -p snowflake-sim
 
 # The horizon's slots over every interleaving of backends and a reader (core/src/horizon.rs,
 # `loom_tests`), in a build of their own: --cfg loom swaps the slots' atomics for loom's.
 loom:
-	RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo test --release -p snowflake-core --lib loom_tests
+	RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom $(CARGO) test --release -p snowflake-core --lib loom_tests
 
 # The deterministic simulator (sim/, CONTRIBUTING.md "The simulator"): `make sim` runs schedules
 # from a random seed for SIM_SECONDS (default 60) and is what a contributor runs before a
 # release; `make sim SEED=n` replays one seed and shrinks what it breaks.
 SIM_SECONDS ?= 60
 sim:
-	SIM_SECONDS=$(SIM_SECONDS) SEED=$(SEED) cargo run --release --quiet -p snowflake-sim
+	SIM_SECONDS=$(SIM_SECONDS) SEED=$(SEED) $(CARGO) run --release --quiet -p snowflake-sim
 
 # The defects of this project's history put back one at a time into a copy of the core: the
 # budget below must find each (sim/mutants.py lists them).
@@ -106,12 +110,12 @@ mutants:
 # make test's share: the same seeds every time (about a minute of schedules on one core).
 SIM_BUDGET := 16000
 sim-budget:
-	SIM_SCHEDULES=$(SIM_BUDGET) SIM_FIRST_SEED=1 cargo run --release --quiet -p snowflake-sim
+	SIM_SCHEDULES=$(SIM_BUDGET) SIM_FIRST_SEED=1 $(CARGO) run --release --quiet -p snowflake-sim
 
 # The glue's own unit tests are built with the crate's default feature (pg15): they need that
 # major's headers and pgrx's config naming it, but no server.
 glue-unit: deps-unit
-	cargo test -p snowflake --lib
+	$(CARGO) test -p snowflake --lib
 
 # The test binaries are built once, with the crate's default feature (they drive servers through
 # psql and pgbench, so they do not depend on the major); PG_CONFIG tells them which server to run.
@@ -119,7 +123,7 @@ test-major: deps-test install package upgrade-source citus
 	@echo "== the SQL suite on PostgreSQL $(PG_MAJOR) ($(PG_CONFIG))"
 	PG_CONFIG=$(PG_CONFIG) \
 	  SNOWFLAKE_UPGRADE_FROM_PG_CONFIGS="$$(for m in $(UPGRADE_SOURCES); do scripts/pg.sh $$m; done)" \
-	  cargo test --test '*' -- --test-threads=2
+	  $(CARGO) test --test '*' -- --test-threads=2
 
 # The pg_upgrade tests need the extension in the old majors' servers too: build it there unless
 # this version is installed already.
@@ -138,11 +142,11 @@ citus:
 # Clippy sees each major's cfg branches only in that major's build.
 lint:
 	cargo fmt --check
-	RUSTDOCFLAGS="-D rustdoc::broken_intra_doc_links" cargo doc --quiet --no-deps --document-private-items -p snowflake-core -p snowflake
-	cargo clippy --all-targets --workspace -- -D warnings
+	RUSTDOCFLAGS="-D rustdoc::broken_intra_doc_links" $(CARGO) doc --quiet --no-deps --document-private-items -p snowflake-core -p snowflake
+	$(CARGO) clippy --all-targets --workspace -- -D warnings
 	@for m in $(filter-out 15,$(MAJORS)); do \
-	  echo "cargo clippy --lib --no-default-features --features pg$$m -- -D warnings"; \
-	  cargo clippy --quiet --lib --no-default-features --features pg$$m -- -D warnings || exit 1; done
+	  echo "scripts/cargo clippy --lib --no-default-features --features pg$$m -- -D warnings"; \
+	  $(CARGO) clippy --quiet --lib --no-default-features --features pg$$m -- -D warnings || exit 1; done
 
 clean:
-	cargo clean
+	$(CARGO) clean

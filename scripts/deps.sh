@@ -4,8 +4,8 @@
 # to run again; quiet when there is nothing to do. The Makefile's targets call the level they
 # need:
 #   build    make install: the major's server with its headers (scripts/pg.sh says where it comes
-#            from), clang and libclang-dev for bindgen, cargo-pgrx 0.18.1 (the last release that
-#            builds with Rust 1.95), and pgrx's config naming every major installed here.
+#            from), clang and libclang-dev for bindgen, cargo-pgrx 0.19.3 (built with
+#            scripts/cargo, which says why), and pgrx's config naming every major installed here.
 #   package  make package: build, and dpkg-dev (dpkg-shlibdeps computes the .deb's dependencies).
 #   unit     the glue's unit tests in make test (`cargo test -p snowflake --lib`; `make unit`, the
 #            pure core's tests, needs nothing but Rust): build, but for the crate's default major (Cargo.toml's
@@ -22,7 +22,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 level=${1:-}
-PGRX_VERSION=0.18.1
+PGRX_VERSION=0.19.3
 # The major that a build without --features is for.
 DEFAULT_MAJOR=$(sed -n 's/^default = \["pg\([0-9][0-9]\)"\]$/\1/p' Cargo.toml)
 [ -n "$DEFAULT_MAJOR" ] || { echo "deps: Cargo.toml has no default pgNN feature" >&2; exit 1; }
@@ -84,7 +84,7 @@ fi
 
 if ! cargo pgrx --version 2>/dev/null | grep -q "$PGRX_VERSION"; then
   echo "deps: installing cargo-pgrx $PGRX_VERSION (a few minutes)"
-  cargo install cargo-pgrx --version "$PGRX_VERSION" --locked --quiet
+  scripts/cargo install cargo-pgrx --version "$PGRX_VERSION" --locked --quiet
 fi
 
 # pgrx's config names every major that is installed here, so that each can be built; `init`
@@ -92,14 +92,14 @@ fi
 config=${PGRX_HOME:-$HOME/.pgrx}/config.toml
 args=()
 stale=false
-for m in 14 15 16 17 18; do
+for m in 14 15 16 17 18 19; do
   if p=$(scripts/pg.sh --find "$m"); then
     args+=("--pg$m" "$p")
     grep -qx "pg$m = \"$p\"" "$config" 2>/dev/null || stale=true
   fi
 done
 if $stale; then
-  cargo pgrx init "${args[@]}" >/dev/null
+  scripts/cargo pgrx init "${args[@]}" >/dev/null
 fi
 
 # As root, the tests, the demo and the benchmark run their servers as postgres (runuser). Debian's

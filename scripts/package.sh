@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # make package: a .deb that installs snowflake into Debian's (or PGDG's) postgresql-NN without a
-# Rust toolchain. Built from `cargo pgrx package` for that major plus the scripts under sql/ (first
-# release and upgrades), so ALTER EXTENSION ... UPDATE works from an installed package too.
+# Rust toolchain. Built from `cargo pgrx package` (through scripts/cargo) for that major plus the
+# scripts under sql/ (first release and upgrades), so ALTER EXTENSION ... UPDATE works from an
+# installed package too.
 #
 # The files go where Debian's postgresql-NN looks for them, whatever server it was built against
 # (the 16 and 18 here come from a relocatable build): the ABI of a major does not depend on where
@@ -14,7 +15,7 @@ VERSION=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
 ARCH=$(dpkg --print-architecture)
 NAME=postgresql-$PG_MAJOR-snowflake
 
-cargo pgrx package --pg-config "$PG_CONFIG" --no-default-features --features "pg$PG_MAJOR" >/dev/null
+scripts/cargo pgrx package --pg-config "$PG_CONFIG" --no-default-features --features "pg$PG_MAJOR" >/dev/null
 tree=target/release/snowflake-pg$PG_MAJOR
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT

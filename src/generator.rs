@@ -7,7 +7,6 @@
 
 use crate::core::generator::State;
 use pgrx::lwlock::PgLwLock;
-use pgrx::prelude::*;
 use pgrx::shmem::PGRXSharedMemory;
 use pgrx::{pg_shmem_init, pg_sys};
 

@@ -178,20 +178,31 @@ pub(crate) fn connect(database: &str) {
 pub(crate) fn handle_signals() {
     // The handlers themselves, as PostgreSQL exports them (pgrx's `pg_sys::die` is a Rust wrapper
     // for calling it, not a signal handler).
+    // PostgreSQL 19 passes a handler the signal's details too (SIGNAL_ARGS gained a
+    // `const pg_signal_info *`).
     unsafe extern "C-unwind" {
+        #[cfg(not(feature = "pg19"))]
         fn die(signal: std::ffi::c_int);
+        #[cfg(not(feature = "pg19"))]
         fn SignalHandlerForConfigReload(signal: std::ffi::c_int);
+        #[cfg(feature = "pg19")]
+        fn die(signal: std::ffi::c_int, info: *const pg_sys::pg_signal_info);
+        #[cfg(feature = "pg19")]
+        fn SignalHandlerForConfigReload(
+            signal: std::ffi::c_int,
+            info: *const pg_sys::pg_signal_info,
+        );
     }
     // SAFETY: installs PostgreSQL's own handlers, then unblocks signals, first thing in the
     // worker as every background worker does.
     unsafe {
-        #[cfg(not(feature = "pg18"))]
+        #[cfg(not(any(feature = "pg18", feature = "pg19")))]
         {
             pg_sys::pqsignal(pg_sys::SIGHUP as i32, Some(SignalHandlerForConfigReload));
             pg_sys::pqsignal(pg_sys::SIGTERM as i32, Some(die));
         }
         // PostgreSQL 18 names the backend's variant pqsignal_be.
-        #[cfg(feature = "pg18")]
+        #[cfg(any(feature = "pg18", feature = "pg19"))]
         {
             pg_sys::pqsignal_be(pg_sys::SIGHUP as i32, Some(SignalHandlerForConfigReload));
             pg_sys::pqsignal_be(pg_sys::SIGTERM as i32, Some(die));
