@@ -3,7 +3,7 @@
 # Every target takes the PostgreSQL major as a parameter: `make install PG_MAJOR=18`. Without it,
 # `make test` runs the whole suite on every major below; the other targets use the crate's default
 # major (Cargo.toml's default feature).
-MAJORS   := 14 15 16 17 18
+MAJORS   := 14 15 16 17 18 19
 given = $(filter command line environment,$(origin $(1)))
 # Given only PG_CONFIG, the major is that server's: `make install PG_CONFIG=/usr/lib/postgresql/16/bin/pg_config`.
 ifneq ($(call given,PG_CONFIG),)
@@ -21,10 +21,10 @@ $(if $(PG_MAJOR),,$(error no PostgreSQL major: give PG_MAJOR, or a default = ["p
 TEST_MAJORS := $(if $(call given,PG_MAJOR)$(call given,PG_CONFIG),$(PG_MAJOR),$(MAJORS))
 # The major's pg_config, found or installed by scripts/pg.sh (expanded only where it is used).
 PG_CONFIG ?= $(shell scripts/pg.sh $(PG_MAJOR))
-# The pg_upgrade tests upgrade from each of these majors to the one under test, where it is not
-# older: from the oldest supported major, and from Debian 12's own.
-UPGRADE_FROM := 14 15
-UPGRADE_SOURCES = $(foreach m,$(UPGRADE_FROM),$(if $(shell [ $(m) -le $(PG_MAJOR) ] && echo y),$(m)))
+# The pg_upgrade tests upgrade from each of these majors to the one under test, where it is
+# older: from the oldest supported major, from Debian 12's own, and from 18 (to 19).
+UPGRADE_FROM := 14 15 18
+UPGRADE_SOURCES = $(foreach m,$(UPGRADE_FROM),$(if $(shell [ $(m) -lt $(PG_MAJOR) ] && echo y),$(m)))
 FEATURES := --no-default-features --features pg$(PG_MAJOR)
 VERSION  := $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)

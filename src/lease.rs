@@ -256,10 +256,38 @@ fn random_token() -> i64 {
     (crate::generator::strong_random() & ((1 << 62) - 1)) | 1
 }
 
+/// Gives the mark's two sequences a START of this start's own, drawn at random, which no other
+/// server's (not even a physical copy's) has.
+///
+/// PostgreSQL 19 copies sequences from one server to another: a publication `FOR ALL SEQUENCES`
+/// (which takes every sequence of its database, with no exception) and a subscription to it set
+/// the subscriber's sequences to the publisher's values at `CREATE SUBSCRIPTION` and at each
+/// `ALTER SUBSCRIPTION ... REFRESH SEQUENCES`, lower or higher, with their `is_called`. Another
+/// server's mark copied here would be taken for a floor from outside: IDs would jump to that
+/// server's lease (and to a refusal, if its clock or its epoch is ahead), and a lower one would be
+/// what a restart reads. PostgreSQL copies only between sequences of the same definition (type,
+/// START, INCREMENT, MINVALUE, MAXVALUE, CYCLE; `sequencesync.c`), and reports the others to the
+/// subscription as mismatched, retrying them. So the mark is never copied in. `node_token` has a
+/// random START since it was made. The value a sequence holds does not change (`ALTER SEQUENCE
+/// ... START` rewrites it with its value, in the start's transaction); the lock it takes
+/// (`SHARE ROW EXCLUSIVE`) waits only for a session that writes the sequence, which only a
+/// superuser may. Every major does it, so that a server upgraded to 19 is covered from its start.
+fn starts_unlike_any_other_server() -> Vec<String> {
+    ["lease_ms", "epoch_ms"]
+        .iter()
+        .map(|name| {
+            // Positive: above both sequences' MINVALUE (0 and -1).
+            let start = crate::generator::strong_random() & ((1 << 62) - 1);
+            format!("ALTER SEQUENCE {SCHEMA}.{name} START WITH {start}")
+        })
+        .collect()
+}
+
 /// What the worker keeps in `_snowflake`, each with the statements that make it: run only
-/// where it is missing, so that a normal start changes no schema and takes no lock stronger
-/// than reading needs (a `CREATE ... IF NOT EXISTS` or `COMMENT` would take one on every start,
-/// and wait for anyone who holds the object).
+/// where it is missing, so that a normal start changes no other schema (but the two STARTs of
+/// `starts_unlike_any_other_server`) and takes no lock stronger than reading needs (a `CREATE ...
+/// IF NOT EXISTS` or `COMMENT` would take one on every start, and wait for anyone who holds the
+/// object).
 fn missing_objects_ddl(token: i64) -> Vec<String> {
     let exists = |sql: &str| {
         Spi::get_one::<bool>(sql)
@@ -373,6 +401,9 @@ fn create_and_read_mark() -> AtStart {
         // restarts and refuses it).
         if let Some((what, owner)) = foreign_object() {
             error!("snowflake lease worker: {what} was made by role \"{owner}\" while the worker started");
+        }
+        for statement in starts_unlike_any_other_server() {
+            Spi::run(&statement).unwrap_or_else(|e| panic!("{statement}: {e}"));
         }
         let (mark_unix_ms, recorded_epoch_ms) = read_mark();
         AtStart {

@@ -1119,3 +1119,150 @@ fn a_claim_retired_by_a_peer_while_its_server_was_down_is_no_copy() {
         x.log()
     );
 }
+
+/// The state of each of `_snowflake`'s sequences in B's subscriptions (19 lists sequences there):
+/// `name:state`, `-` for none, in name order.
+fn snowflake_sequences_seen_by_subscription(b: &Cluster) -> String {
+    b.sql(
+        "SELECT string_agg(c.relname || ':' || coalesce(r.srsubstate::text, '-'), ',' ORDER BY c.relname)
+           FROM pg_class c
+           LEFT JOIN pg_subscription_rel r ON r.srrelid = c.oid
+          WHERE c.relnamespace = '_snowflake'::regnamespace AND c.relkind = 'S'",
+    )
+}
+
+/// PostgreSQL 19 copies every sequence of a database `FOR ALL SEQUENCES` publishes onto its
+/// subscribers (at CREATE SUBSCRIPTION and at each REFRESH SEQUENCES), lower or higher. The mark
+/// and its epoch are never copied (each server gives them a START of its own, and PostgreSQL
+/// copies only between sequences of one definition): a lower mark copied in would be what a crash
+/// restarts from, a higher mark under an earlier epoch a jump and a refusal the server did not
+/// earn. The user's own sequence is copied, so the synchronisation did run. The subscription
+/// that copies the sequences carries the claims too, and the fleet check still tells the two
+/// servers apart.
+#[test]
+fn sequences_copied_from_another_server_never_reach_the_mark() {
+    if pg_major() < 19 {
+        eprintln!(
+            "SKIPPED on PostgreSQL {}: sequences are replicated from PostgreSQL 19 on",
+            pg_major()
+        );
+        return;
+    }
+    // A: an epoch a day before B's, and (later) a clock an hour ahead.
+    let mut a = Cluster::new(
+        "seq-a",
+        &format!("{LOGICAL}\nsnowflake.datacenter_id = 1\nsnowflake.worker_id = 1\nsnowflake.epoch = '2010-11-03 01:42:54.657+00'"),
+    );
+    let mut b = node("seq-b", 1, 2);
+    a.fake_time(None);
+    b.fake_time(None);
+    a.start();
+    b.start();
+    for c in [&a, &b] {
+        c.sql("CREATE EXTENSION snowflake; CREATE SEQUENCE app_seq");
+    }
+    a.sql("SELECT setval('app_seq', 4242)");
+    // A has issued nothing yet: its mark is 0, below anything B wrote.
+    b.sql("CREATE TABLE t (id bigint PRIMARY KEY DEFAULT snowflake_nextval(), n int)");
+    b.sql("INSERT INTO t (n) SELECT g FROM generate_series(1, 20000) g");
+    let b_mark = b.sql_i64("SELECT last_value FROM _snowflake.lease_ms");
+    let b_epoch = b.sql_i64("SELECT last_value FROM _snowflake.epoch_ms");
+    assert!(
+        b_mark > 0 && a.sql_i64("SELECT last_value FROM _snowflake.lease_ms") == 0,
+        "B's mark must be above A's"
+    );
+    a.sql("CREATE PUBLICATION claims FOR TABLE _snowflake.claims; CREATE PUBLICATION seqs FOR ALL SEQUENCES");
+    b.sql(&format!(
+        "CREATE SUBSCRIPTION s CONNECTION '{}' PUBLICATION claims, seqs",
+        a.conninfo()
+    ));
+    b.wait_for("SELECT last_value FROM app_seq", "4242", 60);
+    // Copied: the user's sequence. Not copied: the mark and its epoch (never ready).
+    let states = snowflake_sequences_seen_by_subscription(&b);
+    assert!(
+        !states.contains("lease_ms:r") && !states.contains("epoch_ms:r"),
+        "the subscription copied the mark: {states}"
+    );
+    assert!(states.contains("lease_ms:"), "{states}");
+    assert!(b.sql_i64("SELECT last_value FROM _snowflake.lease_ms") >= b_mark);
+    assert_eq!(
+        b.sql_i64("SELECT last_value FROM _snowflake.epoch_ms"),
+        b_epoch
+    );
+
+    // B crashes and comes back with its clock 5 s behind: nothing at or below its maximum.
+    let b_max = b.sql_i64("SELECT max(id) FROM t");
+    b.stop("immediate");
+    b.set_fake_offset("-5s");
+    b.start();
+    assert!(b.clock_offset_s() < -4.0, "B's clock is not behind");
+    assert!(
+        common::worker_sees_the_clock(&b),
+        "19: the worker must see B's clock"
+    );
+    b.sql("INSERT INTO t (n) SELECT g FROM generate_series(20001, 22000) g");
+    assert_eq!(
+        b.sql(&format!(
+            "SELECT count(*) FROM t WHERE n > 20000 AND id <= {b_max}"
+        )),
+        "0"
+    );
+    b.set_fake_offset("+0s");
+    // 19's sequence synchronisation worker retries the mark's sequences every 5 s and fails: the
+    // subscription that carries the claims still applies, as the fleet check sees it (its
+    // refresh reads the paths every 5 s). (Until A's clock jumps below: its walsender then takes
+    // the apply worker's silence for a timeout, which is an apply error.)
+    thread::sleep(Duration::from_secs(12));
+    assert!(
+        b.log().matches("sequence synchronization failed").count() >= 2,
+        "the sequence synchronisation did not retry:\n{}",
+        b.log()
+    );
+    assert!(
+        !b.log().contains("is not applying"),
+        "the subscription was taken for broken:\n{}",
+        b.log()
+    );
+
+    // A issues under its earlier epoch with its clock an hour ahead, and B takes A's sequences
+    // again: no jump and no refusal on B, whose mark and epoch stay its own.
+    a.set_fake_offset("+3600s");
+    a.sql("SELECT snowflake_nextval() FROM generate_series(1, 1000)");
+    a.sql("SELECT setval('app_seq', 9999)");
+    let b_mark = b.sql_i64("SELECT last_value FROM _snowflake.lease_ms");
+    b.sql("ALTER SUBSCRIPTION s REFRESH SEQUENCES");
+    b.wait_for("SELECT last_value FROM app_seq", "9999", 60);
+    let states = snowflake_sequences_seen_by_subscription(&b);
+    assert!(
+        !states.contains("lease_ms:r") && !states.contains("epoch_ms:r"),
+        "the subscription copied the mark: {states}"
+    );
+    assert_eq!(
+        b.sql_i64("SELECT last_value FROM _snowflake.epoch_ms"),
+        b_epoch
+    );
+    let lead_ms = b.sql_i64(
+        "SELECT (extract(epoch FROM (snowflake_decode(snowflake_nextval())).created_at - clock_timestamp()) * 1000)::bigint",
+    );
+    assert!(
+        lead_ms < 5_000,
+        "B's IDs jumped {lead_ms} ms ahead of its clock (its mark was {b_mark})"
+    );
+
+    // The fleet check through the same subscription: B restarted on A's pair refuses.
+    assert_eq!(
+        b.sql("SELECT claim_conflict_with IS NULL FROM snowflake_node()"),
+        "t"
+    );
+    b.stop("fast");
+    b.conf("snowflake.worker_id = 1");
+    b.start();
+    assert!(
+        eventually(30, || b.try_sql("SELECT snowflake_nextval()").is_err_and(
+            |e| e.sqlstate == "55000"
+                && b.sql("SELECT claim_conflict_with::text FROM snowflake_node()") == sysid(&a)
+        )),
+        "B on A's pair does not refuse: {:?}",
+        b.try_sql("SELECT snowflake_nextval()")
+    );
+}

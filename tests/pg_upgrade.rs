@@ -1,5 +1,6 @@
-//! pg_upgrade to the major under test from 14 (the oldest supported major) and from 15 (Debian
-//! 12's), each where it is not newer than the major under test, with the README's recipe run as
+//! pg_upgrade to the major under test from 14 (the oldest supported major), from 15 (Debian
+//! 12's) and from 18 (the newest before 19), each where it is older than the major under test
+//! (never from the same major: that is no upgrade), with the README's recipe run as
 //! written: the keys stay as they were, and the persisted high-water mark travels with the data,
 //! so the upgraded server issues IDs above the old maximum even when its clock is behind.
 
@@ -16,12 +17,17 @@ fn pg_upgrade_from_15_keeps_the_keys_and_carries_the_high_water_mark() {
     upgrade_from(15);
 }
 
+#[test]
+fn pg_upgrade_from_18_keeps_the_keys_and_carries_the_high_water_mark() {
+    upgrade_from(18);
+}
+
 /// The pg_config of the old major's server: `make test-major` lists those of the majors it
-/// upgrades from (the ones not newer than the major under test) in
-/// SNOWFLAKE_UPGRADE_FROM_PG_CONFIGS. None for a major newer than the one under test, which
-/// pg_upgrade cannot go down from.
+/// upgrades from (the ones older than the major under test) in
+/// SNOWFLAKE_UPGRADE_FROM_PG_CONFIGS. None for the major under test or a newer one: pg_upgrade
+/// cannot go down, and within one major it upgrades nothing.
 fn old_pg_config(old_major: u32) -> Option<String> {
-    if old_major > pg_major() {
+    if old_major >= pg_major() {
         return None;
     }
     let listed = std::env::var("SNOWFLAKE_UPGRADE_FROM_PG_CONFIGS").unwrap_or_else(|_| {
@@ -42,7 +48,7 @@ fn old_pg_config(old_major: u32) -> Option<String> {
 fn upgrade_from(old_major: u32) {
     let Some(old_pg_config) = old_pg_config(old_major) else {
         eprintln!(
-            "pg_upgrade from {old_major} does not apply to {}: it only goes up",
+            "pg_upgrade from {old_major} does not apply to {}: it only goes to a newer major",
             pg_major()
         );
         return;
