@@ -1172,10 +1172,29 @@ fn sequences_copied_from_another_server_never_reach_the_mark() {
         "B's mark must be above A's"
     );
     a.sql("CREATE PUBLICATION claims FOR TABLE _snowflake.claims; CREATE PUBLICATION seqs FOR ALL SEQUENCES");
+    // The user's sequence held for 12 s: 19's sequence synchronisation worker waits for it, listed
+    // in pg_stat_subscription beside the apply worker, through two of the fleet check's looks.
+    let mut holder = b
+        .psql_cmd("postgres")
+        .arg("-c")
+        .arg("BEGIN; ALTER SEQUENCE app_seq INCREMENT 1; SELECT pg_sleep(12); COMMIT")
+        .spawn()
+        .unwrap();
+    b.wait_for(
+        "SELECT count(*) > 0 FROM pg_locks WHERE relation = 'app_seq'::regclass AND granted",
+        "t",
+        20,
+    );
     b.sql(&format!(
         "CREATE SUBSCRIPTION s CONNECTION '{}' PUBLICATION claims, seqs",
         a.conninfo()
     ));
+    b.wait_for(
+        "SELECT count(*) FROM pg_stat_subscription WHERE worker_type = 'sequence synchronization'",
+        "1",
+        20,
+    );
+    assert!(holder.wait().unwrap().success());
     b.wait_for("SELECT last_value FROM app_seq", "4242", 60);
     // Copied: the user's sequence. Not copied: the mark and its epoch (never ready).
     let states = snowflake_sequences_seen_by_subscription(&b);
