@@ -276,11 +276,49 @@ fn starts_unlike_any_other_server() -> Vec<String> {
     ["lease_ms", "epoch_ms"]
         .iter()
         .map(|name| {
-            // Positive: above both sequences' MINVALUE (0 and -1).
-            let start = crate::generator::strong_random() & ((1 << 62) - 1);
+            // Within the sequence's bounds, whatever a superuser made them: a START outside
+            // them is an error, which would stop every start of the worker.
+            let (min, max) = Spi::get_two::<i64, i64>(&format!(
+                "SELECT s.seqmin, s.seqmax FROM pg_catalog.pg_sequence s
+                  WHERE s.seqrelid OPERATOR(pg_catalog.=) '{SCHEMA}.{name}'::pg_catalog.regclass"
+            ))
+            .expect("read the sequence's bounds");
+            let start = start_within(
+                min.unwrap_or(0),
+                max.unwrap_or(i64::MAX),
+                crate::generator::strong_random(),
+            );
             format!("ALTER SEQUENCE {SCHEMA}.{name} START WITH {start}")
         })
         .collect()
+}
+
+/// A START drawn from `random`, within `min..=max` (non-negative where the bounds allow).
+fn start_within(min: i64, max: i64, random: i64) -> i64 {
+    let low = min.max(0).min(max);
+    let span = (max as i128 - low as i128 + 1) as u128;
+    (low as i128 + ((random as u64 as u128) % span) as i128) as i64
+}
+
+#[cfg(test)]
+mod start_tests {
+    use super::start_within;
+
+    #[test]
+    fn a_start_stays_within_the_sequences_bounds() {
+        for random in [0, 1, -1, i64::MAX, i64::MIN, 123_456_789] {
+            let s = start_within(0, i64::MAX, random);
+            assert!(s >= 0);
+            let s = start_within(-1, i64::MAX, random);
+            assert!(s >= 0);
+            let s = start_within(0, 1_000, random);
+            assert!((0..=1_000).contains(&s));
+            let s = start_within(-50, -10, random);
+            assert!((-50..=-10).contains(&s));
+            assert_eq!(start_within(7, 7, random), 7);
+        }
+        assert_ne!(start_within(0, i64::MAX, 1), start_within(0, i64::MAX, 2));
+    }
 }
 
 /// What the worker keeps in `_snowflake`, each with the statements that make it: run only
