@@ -256,8 +256,9 @@ fn random_token() -> i64 {
     (crate::generator::strong_random() & ((1 << 62) - 1)) | 1
 }
 
-/// Gives the mark's two sequences a START of this start's own, drawn at random, which no other
-/// server's (not even a physical copy's) has.
+/// The MAXVALUE this server gives the mark's two sequences: `i64::MAX` less its system
+/// identifier's low 62 bits, so no other server's is the same, and still far above any mark
+/// (Unix ms) or epoch.
 ///
 /// PostgreSQL 19 copies sequences from one server to another: a publication `FOR ALL SEQUENCES`
 /// (which takes every sequence of its database, with no exception) and a subscription to it set
@@ -267,65 +268,74 @@ fn random_token() -> i64 {
 /// server's lease (and to a refusal, if its clock or its epoch is ahead), and a lower one would be
 /// what a restart reads. PostgreSQL copies only between sequences of the same definition (type,
 /// START, INCREMENT, MINVALUE, MAXVALUE, CYCLE; `sequencesync.c`), and reports the others to the
-/// subscription as mismatched, retrying them. So the mark is never copied in. `node_token` has a
-/// random START since it was made. The value a sequence holds does not change (`ALTER SEQUENCE
-/// ... START` rewrites it with its value, in the start's transaction); the lock it takes
-/// (`SHARE ROW EXCLUSIVE`) waits only for a session that writes the sequence, which only a
-/// superuser may. Every major does it, so that a server upgraded to 19 is covered from its start.
-fn starts_unlike_any_other_server() -> Vec<String> {
-    ["lease_ms", "epoch_ms"]
-        .iter()
-        .map(|name| {
-            // Within the sequence's bounds, whatever a superuser made them: a START outside
-            // them is an error, which would stop every start of the worker.
-            let (min, max) = Spi::get_two::<i64, i64>(&format!(
-                "SELECT s.seqmin, s.seqmax FROM pg_catalog.pg_sequence s
+/// subscription as mismatched, retrying them. So the mark is never copied in while its MAXVALUE
+/// is this server's own. (Not START: a schema-only restore makes a sequence hold its START, and
+/// a mark must never be made up.) The sequences are made with it, on every major (pg_upgrade
+/// carries the definition, and gives the new cluster a new system identifier); `node_token` has
+/// a random START since it was made. A MAXVALUE that is not ours (made before 1.6.0, restored from
+/// another server's dump, or carried by pg_upgrade) is made ours by `own_maxima` on 19.
+fn own_max() -> i64 {
+    i64::MAX - (crate::fleet::system_identifier() & ((1 << 62) - 1))
+}
+
+/// On 19, where sequences replicate: gives the mark's sequences this server's MAXVALUE where they
+/// have another, in a transaction of its own, as an attempt that may fail. `ALTER SEQUENCE`
+/// takes a lock (`SHARE ROW EXCLUSIVE`) that any role holding the sequence open can keep it
+/// waiting for (a `nextval` on its OID takes one before the privilege check, `pg_sequences`
+/// another, from 18), as can 19's own sequence synchronisation of a batch, and a superuser's
+/// event trigger may refuse DDL: so it waits at most 100 ms, any error is logged and skipped,
+/// and the next start tries again. IDs never wait for it; the mark is only exposed to a copy
+/// while the MAXVALUE is not ours, as it was before.
+#[cfg(feature = "pg19")]
+fn own_maxima() {
+    let outcome = BackgroundWorker::transaction(|| {
+        let plpgsql = Spi::get_one::<bool>(
+            "SELECT EXISTS (SELECT FROM pg_catalog.pg_language WHERE lanname OPERATOR(pg_catalog.=) 'plpgsql')",
+        )
+        .expect("look for PL/pgSQL")
+        .unwrap_or(false);
+        let mut changed = Vec::new();
+        for name in ["lease_ms", "epoch_ms"] {
+            let max = Spi::get_one::<i64>(&format!(
+                "SELECT s.seqmax FROM pg_catalog.pg_sequence s
                   WHERE s.seqrelid OPERATOR(pg_catalog.=) '{SCHEMA}.{name}'::pg_catalog.regclass"
             ))
-            .expect("read the sequence's bounds");
-            let start = start_within(
-                min.unwrap_or(0),
-                max.unwrap_or(i64::MAX),
-                crate::generator::strong_random(),
-            );
-            format!("ALTER SEQUENCE {SCHEMA}.{name} START WITH {start}")
-        })
-        .collect()
-}
-
-/// A START drawn from `random`, within `min..=max` (non-negative where the bounds allow).
-fn start_within(min: i64, max: i64, random: i64) -> i64 {
-    let low = min.max(0).min(max);
-    let span = (max as i128 - low as i128 + 1) as u128;
-    (low as i128 + ((random as u64 as u128) % span) as i128) as i64
-}
-
-#[cfg(test)]
-mod start_tests {
-    use super::start_within;
-
-    #[test]
-    fn a_start_stays_within_the_sequences_bounds() {
-        for random in [0, 1, -1, i64::MAX, i64::MIN, 123_456_789] {
-            let s = start_within(0, i64::MAX, random);
-            assert!(s >= 0);
-            let s = start_within(-1, i64::MAX, random);
-            assert!(s >= 0);
-            let s = start_within(0, 1_000, random);
-            assert!((0..=1_000).contains(&s));
-            let s = start_within(-50, -10, random);
-            assert!((-50..=-10).contains(&s));
-            assert_eq!(start_within(7, 7, random), 7);
+            .expect("read the sequence's MAXVALUE");
+            let own = own_max();
+            if max == Some(own) {
+                continue;
+            }
+            if !plpgsql {
+                return Err(format!("{SCHEMA}.{name} has another server's MAXVALUE, and PL/pgSQL, which the worker changes it with, is not in this database"));
+            }
+            Spi::run("SET LOCAL lock_timeout = '100ms'").expect("set lock_timeout");
+            // The block is a subtransaction: its error is caught, and nothing of it remains.
+            Spi::run(&format!(
+                "DO $own_max$ BEGIN
+                     ALTER SEQUENCE {SCHEMA}.{name} MAXVALUE {own};
+                 EXCEPTION WHEN OTHERS THEN
+                     RAISE LOG 'snowflake lease worker: could not give {SCHEMA}.{name} this server''s MAXVALUE (%: %); the next start tries again', SQLSTATE, SQLERRM;
+                 END $own_max$"
+            ))
+            .expect("give the sequence its MAXVALUE");
+            changed.push(name);
         }
-        assert_ne!(start_within(0, i64::MAX, 1), start_within(0, i64::MAX, 2));
+        Ok(changed)
+    });
+    match outcome {
+        Ok(changed) if !changed.is_empty() => log!(
+            "snowflake lease worker: gave {} this server's MAXVALUE, so that PostgreSQL's sequence replication never copies another server's mark over them",
+            changed.iter().map(|n| format!("{SCHEMA}.{n}")).collect::<Vec<_>>().join(" and ")
+        ),
+        Ok(_) => {}
+        Err(why) => warning!("snowflake lease worker: {why}; a subscription to FOR ALL SEQUENCES of another server could copy its mark here"),
     }
 }
 
 /// What the worker keeps in `_snowflake`, each with the statements that make it: run only
-/// where it is missing, so that a normal start changes no other schema (but the two STARTs of
-/// `starts_unlike_any_other_server`) and takes no lock stronger than reading needs (a `CREATE ...
-/// IF NOT EXISTS` or `COMMENT` would take one on every start, and wait for anyone who holds the
-/// object).
+/// where it is missing, so that a normal start changes no schema and takes no lock stronger
+/// than reading needs (a `CREATE ... IF NOT EXISTS` or `COMMENT` would take one on every start,
+/// and wait for anyone who holds the object).
 fn missing_objects_ddl(token: i64) -> Vec<String> {
     let exists = |sql: &str| {
         Spi::get_one::<bool>(sql)
@@ -354,6 +364,13 @@ fn missing_objects_ddl(token: i64) -> Vec<String> {
     let mut sequence = |name: &str, create: String, comment: String| {
         if !relation(name) {
             ddl.push(create);
+            // This server's own MAXVALUE (`own_max`).
+            if name != "node_token" {
+                ddl.push(format!(
+                    "ALTER SEQUENCE {SCHEMA}.{name} MAXVALUE {}",
+                    own_max()
+                ));
+            }
             ddl.push(comment);
             ddl.push(format!(
                 "REVOKE ALL ON SEQUENCE {SCHEMA}.{name} FROM PUBLIC"
@@ -439,9 +456,6 @@ fn create_and_read_mark() -> AtStart {
         // restarts and refuses it).
         if let Some((what, owner)) = foreign_object() {
             error!("snowflake lease worker: {what} was made by role \"{owner}\" while the worker started");
-        }
-        for statement in starts_unlike_any_other_server() {
-            Spi::run(&statement).unwrap_or_else(|e| panic!("{statement}: {e}"));
         }
         let (mark_unix_ms, recorded_epoch_ms) = read_mark();
         AtStart {
@@ -639,6 +653,8 @@ pub extern "C-unwind" fn snowflake_lease_worker_main(_arg: pg_sys::Datum) {
 
     let epoch = config::epoch_ms();
     let read = create_and_read_mark();
+    #[cfg(feature = "pg19")]
+    own_maxima();
     let (node, recorded_group) = resolve_pair();
     let (mut worker, below) = {
         let mut g = GENERATOR.exclusive();

@@ -1133,7 +1133,7 @@ fn snowflake_sequences_seen_by_subscription(b: &Cluster) -> String {
 
 /// PostgreSQL 19 copies every sequence of a database `FOR ALL SEQUENCES` publishes onto its
 /// subscribers (at CREATE SUBSCRIPTION and at each REFRESH SEQUENCES), lower or higher. The mark
-/// and its epoch are never copied (each server gives them a START of its own, and PostgreSQL
+/// and its epoch are never copied (each server gives them a MAXVALUE of its own, and PostgreSQL
 /// copies only between sequences of one definition): a lower mark copied in would be what a crash
 /// restarts from, a higher mark under an earlier epoch a jump and a refusal the server did not
 /// earn. The user's own sequence is copied, so the synchronisation did run. The subscription
@@ -1171,6 +1171,55 @@ fn sequences_copied_from_another_server_never_reach_the_mark() {
         b_mark > 0 && a.sql_i64("SELECT last_value FROM _snowflake.lease_ms") == 0,
         "B's mark must be above A's"
     );
+    // B's mark sequences made like A's (as a restore of A's dump, or 1.5.0's, would make them),
+    // while an ordinary role holds them open: the worker, restarted, issues at once and leaves
+    // them for its next start, which makes them B's own.
+    let max_of = |c: &Cluster| {
+        c.sql("SELECT string_agg(seqmax::text, ',' ORDER BY seqrelid::regclass::text) FROM pg_sequence WHERE seqrelid IN ('_snowflake.lease_ms'::regclass, '_snowflake.epoch_ms'::regclass)")
+    };
+    let a_maxima = max_of(&a);
+    let (a_epoch_max, a_lease_max) = a_maxima.split_once(',').unwrap();
+    b.sql(&format!("ALTER SEQUENCE _snowflake.epoch_ms MAXVALUE {a_epoch_max}; ALTER SEQUENCE _snowflake.lease_ms MAXVALUE {a_lease_max}; CREATE ROLE mallory LOGIN"));
+    assert_eq!(max_of(&b), a_maxima);
+    let mut mallory = b
+        .psql_cmd_as("mallory", "postgres")
+        .arg("-c")
+        .arg("BEGIN; SELECT count(*) FROM pg_sequences; SELECT pg_sleep(12); COMMIT")
+        .spawn()
+        .unwrap();
+    b.wait_for(
+        "SELECT count(*) > 0 FROM pg_locks l JOIN pg_stat_activity a USING (pid) WHERE a.usename = 'mallory' AND l.relation = '_snowflake.lease_ms'::regclass AND l.granted",
+        "t",
+        20,
+    );
+    let restart_worker = |b: &Cluster| {
+        let since = b.sql("SELECT now()");
+        b.sql("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE backend_type = 'snowflake lease'");
+        b.wait_for(
+            &format!("SELECT EXISTS (SELECT FROM _snowflake.claims WHERE last_seen > '{since}')"),
+            "t",
+            30,
+        );
+    };
+    restart_worker(&b);
+    assert!(
+        b.log().contains("could not give _snowflake."),
+        "the worker did not say why it left the MAXVALUE:\n{}",
+        b.log()
+    );
+    b.sql("INSERT INTO t (n) SELECT g FROM generate_series(1, 10) g");
+    assert_eq!(max_of(&b), a_maxima);
+    assert!(mallory.wait().unwrap().success());
+    restart_worker(&b);
+    assert_ne!(
+        max_of(&b),
+        a_maxima,
+        "the worker did not make the MAXVALUEs B's own"
+    );
+    assert!(b
+        .log()
+        .contains("gave _snowflake.lease_ms and _snowflake.epoch_ms this server's MAXVALUE"));
+
     a.sql("CREATE PUBLICATION claims FOR TABLE _snowflake.claims; CREATE PUBLICATION seqs FOR ALL SEQUENCES");
     // The user's sequence held for 12 s: 19's sequence synchronisation worker waits for it, listed
     // in pg_stat_subscription beside the apply worker, through two of the fleet check's looks.
@@ -1198,11 +1247,10 @@ fn sequences_copied_from_another_server_never_reach_the_mark() {
     b.wait_for("SELECT last_value FROM app_seq", "4242", 60);
     // Copied: the user's sequence. Not copied: the mark and its epoch (never ready).
     let states = snowflake_sequences_seen_by_subscription(&b);
-    assert!(
-        !states.contains("lease_ms:r") && !states.contains("epoch_ms:r"),
-        "the subscription copied the mark: {states}"
+    assert_eq!(
+        states, "epoch_ms:i,lease_ms:i,node_token:i",
+        "the subscription copied the mark"
     );
-    assert!(states.contains("lease_ms:"), "{states}");
     assert!(b.sql_i64("SELECT last_value FROM _snowflake.lease_ms") >= b_mark);
     assert_eq!(
         b.sql_i64("SELECT last_value FROM _snowflake.epoch_ms"),
@@ -1252,9 +1300,9 @@ fn sequences_copied_from_another_server_never_reach_the_mark() {
     b.sql("ALTER SUBSCRIPTION s REFRESH SEQUENCES");
     b.wait_for("SELECT last_value FROM app_seq", "9999", 60);
     let states = snowflake_sequences_seen_by_subscription(&b);
-    assert!(
-        !states.contains("lease_ms:r") && !states.contains("epoch_ms:r"),
-        "the subscription copied the mark: {states}"
+    assert_eq!(
+        states, "epoch_ms:i,lease_ms:i,node_token:i",
+        "the subscription copied the mark"
     );
     assert_eq!(
         b.sql_i64("SELECT last_value FROM _snowflake.epoch_ms"),
