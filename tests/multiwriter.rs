@@ -1184,7 +1184,7 @@ fn sequences_copied_from_another_server_never_reach_the_mark() {
     let mut mallory = b
         .psql_cmd_as("mallory", "postgres")
         .arg("-c")
-        .arg("BEGIN; SELECT count(*) FROM pg_sequences; SELECT pg_sleep(12); COMMIT")
+        .arg("BEGIN; SELECT count(*) FROM pg_sequences; SELECT pg_sleep(25); COMMIT")
         .spawn()
         .unwrap();
     b.wait_for(
@@ -1192,16 +1192,17 @@ fn sequences_copied_from_another_server_never_reach_the_mark() {
         "t",
         20,
     );
-    let restart_worker = |b: &Cluster| {
+    let restart_worker = |b: &Cluster, secs: u64| {
         let since = b.sql("SELECT now()");
         b.sql("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE backend_type = 'snowflake lease'");
         b.wait_for(
             &format!("SELECT EXISTS (SELECT FROM _snowflake.claims WHERE last_seen > '{since}')"),
             "t",
-            30,
+            secs,
         );
     };
-    restart_worker(&b);
+    // Back within 10 s, while the role holds them for 25.
+    restart_worker(&b, 10);
     assert!(
         b.log().contains("could not give _snowflake."),
         "the worker did not say why it left the MAXVALUE:\n{}",
@@ -1210,7 +1211,7 @@ fn sequences_copied_from_another_server_never_reach_the_mark() {
     b.sql("INSERT INTO t (n) SELECT g FROM generate_series(1, 10) g");
     assert_eq!(max_of(&b), a_maxima);
     assert!(mallory.wait().unwrap().success());
-    restart_worker(&b);
+    restart_worker(&b, 30);
     assert_ne!(
         max_of(&b),
         a_maxima,
