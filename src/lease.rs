@@ -295,14 +295,16 @@ fn own_maxima() {
         .expect("look for PL/pgSQL")
         .unwrap_or(false);
         let mut changed = Vec::new();
-        for name in ["lease_ms", "epoch_ms"] {
-            let max = Spi::get_one::<i64>(&format!(
+        let max_of = |name: &str| {
+            Spi::get_one::<i64>(&format!(
                 "SELECT s.seqmax FROM pg_catalog.pg_sequence s
                   WHERE s.seqrelid OPERATOR(pg_catalog.=) '{SCHEMA}.{name}'::pg_catalog.regclass"
             ))
-            .expect("read the sequence's MAXVALUE");
+            .expect("read the sequence's MAXVALUE")
+        };
+        for name in ["lease_ms", "epoch_ms"] {
             let own = own_max();
-            if max == Some(own) {
+            if max_of(name) == Some(own) {
                 continue;
             }
             if !plpgsql {
@@ -318,7 +320,10 @@ fn own_maxima() {
                  END $own_max$"
             ))
             .expect("give the sequence its MAXVALUE");
-            changed.push(name);
+            // Changed, unless the block caught an error (which it logged).
+            if max_of(name) == Some(own) {
+                changed.push(name);
+            }
         }
         Ok(changed)
     });

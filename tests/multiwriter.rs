@@ -1208,6 +1208,10 @@ fn sequences_copied_from_another_server_never_reach_the_mark() {
         "the worker did not say why it left the MAXVALUE:\n{}",
         b.log()
     );
+    assert!(
+        !b.log().contains("this server's MAXVALUE, so that"),
+        "the worker said it changed what it left"
+    );
     b.sql("INSERT INTO t (n) SELECT g FROM generate_series(1, 10) g");
     assert_eq!(max_of(&b), a_maxima);
     assert!(mallory.wait().unwrap().success());
