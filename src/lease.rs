@@ -369,13 +369,6 @@ fn missing_objects_ddl(token: i64) -> Vec<String> {
     let mut sequence = |name: &str, create: String, comment: String| {
         if !relation(name) {
             ddl.push(create);
-            // This server's own MAXVALUE (`own_max`).
-            if name != "node_token" {
-                ddl.push(format!(
-                    "ALTER SEQUENCE {SCHEMA}.{name} MAXVALUE {}",
-                    own_max()
-                ));
-            }
             ddl.push(comment);
             ddl.push(format!(
                 "REVOKE ALL ON SEQUENCE {SCHEMA}.{name} FROM PUBLIC"
@@ -384,12 +377,12 @@ fn missing_objects_ddl(token: i64) -> Vec<String> {
     };
     sequence(
         "lease_ms",
-        format!("CREATE SEQUENCE {SCHEMA}.lease_ms AS bigint MINVALUE 0 START 0"),
+        format!("CREATE SEQUENCE {SCHEMA}.lease_ms AS bigint MINVALUE 0 MAXVALUE {} START 0", own_max()),
         format!("COMMENT ON SEQUENCE {SCHEMA}.lease_ms IS 'snowflake: Unix ms up to which IDs may have been issued by this server. Do not drop or lower it.'"),
     );
     sequence(
         "epoch_ms",
-        format!("CREATE SEQUENCE {SCHEMA}.epoch_ms AS bigint MINVALUE -1 START -1"),
+        format!("CREATE SEQUENCE {SCHEMA}.epoch_ms AS bigint MINVALUE -1 MAXVALUE {} START -1", own_max()),
         format!("COMMENT ON SEQUENCE {SCHEMA}.epoch_ms IS 'snowflake: the epoch (Unix ms) that {SCHEMA}.lease_ms was written under; -1 if none. Do not change it.'"),
     );
     sequence(
