@@ -612,8 +612,6 @@ def wal_position(s):
         if s.psql("SELECT count(*) FROM pg_stat_activity WHERE application_name = 'pgbench'") == "0":
             break
         time.sleep(0.05)
-    if MAJOR < 15:
-        time.sleep(0.6)  # 14's statistics collector lags by up to 500 ms; 15 and later flush at exit
     lsn, fpi = s.psql("SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), '0/0'), wal_fpi FROM pg_stat_wal").split("|")
     return float(lsn), int(fpi)
 

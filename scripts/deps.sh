@@ -92,7 +92,7 @@ fi
 config=${PGRX_HOME:-$HOME/.pgrx}/config.toml
 args=()
 stale=false
-for m in 14 15 16 17 18 19; do
+for m in 15 16 17 18 19; do
   if p=$(scripts/pg.sh --find "$m"); then
     args+=("--pg$m" "$p")
     grep -qx "pg$m = \"$p\"" "$config" 2>/dev/null || stale=true

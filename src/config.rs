@@ -532,9 +532,9 @@ fn all_settings() -> Vec<(String, pg_sys::GucSource::Type)> {
     // and the names it points to are PostgreSQL's own and stay valid during the call.
     unsafe {
         // 16 moved the settings into a hash table and gave this function a count out-parameter.
-        #[cfg(any(feature = "pg14", feature = "pg15"))]
+        #[cfg(feature = "pg15")]
         let (vars, n) = (pg_sys::get_guc_variables(), pg_sys::GetNumConfigOptions());
-        #[cfg(not(any(feature = "pg14", feature = "pg15")))]
+        #[cfg(not(feature = "pg15"))]
         let (vars, n) = {
             let mut n = 0;
             (pg_sys::get_guc_variables(&mut n), n)
@@ -730,13 +730,7 @@ pub fn init_preloaded() {
     SETTINGS.iter().for_each(Setting::check);
     check_unknown_settings();
     SETTINGS.iter().for_each(Setting::define);
-    // Any other snowflake.* name is a typo: 15 renamed the call that says so and made it
-    // remove the placeholder as well.
-    #[cfg(feature = "pg14")]
-    unsafe {
-        pg_sys::EmitWarningsOnPlaceholders(c"snowflake".as_ptr())
-    };
-    #[cfg(not(feature = "pg14"))]
+    // Any other snowflake.* name is a typo: this says so and removes the placeholder.
     unsafe {
         pg_sys::MarkGUCPrefixReserved(c"snowflake".as_ptr())
     };

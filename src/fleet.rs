@@ -181,15 +181,12 @@ pub fn own_left_pairs() -> Vec<i64> {
 /// The subscriptions of this database that carry `_snowflake.claims` here, or may: one that lists
 /// no table at all here (after pg_upgrade from before 17, which drops those rows, or made with
 /// `connect = false`) is watched too, its table state unknown (`'?'`), and what their apply
-/// workers are doing (`read_paths`). Some columns differ by major: PostgreSQL 14 counts no apply
-/// errors (its failing workers show as replaced ones); from 16 a subscription may have parallel
+/// workers are doing (`read_paths`). Some columns differ by major: from 16 a subscription may have parallel
 /// apply workers, told apart from its leader by `leader_pid`, and from 17 each worker says what it
 /// is (`worker_type`), which 19 needs: its sequence synchronisation worker has no relation and no
 /// leader either. 19 counts the errors of copying tables and of copying sequences apart; a
 /// sequence that fails to copy stops nothing that carries the claims, so only the tables' count.
-#[cfg(feature = "pg14")]
-const APPLY_ERRORS: &str = "NULL::pg_catalog.int8";
-#[cfg(not(any(feature = "pg14", feature = "pg19")))]
+#[cfg(not(feature = "pg19"))]
 const APPLY_ERRORS: &str = "(SELECT t.apply_error_count OPERATOR(pg_catalog.+) t.sync_error_count
                                FROM pg_catalog.pg_stat_subscription_stats t
                               WHERE t.subid OPERATOR(pg_catalog.=) s.oid)";
@@ -198,16 +195,16 @@ const APPLY_ERRORS: &str =
     "(SELECT t.apply_error_count OPERATOR(pg_catalog.+) t.sync_table_error_count
                                FROM pg_catalog.pg_stat_subscription_stats t
                               WHERE t.subid OPERATOR(pg_catalog.=) s.oid)";
-#[cfg(any(feature = "pg14", feature = "pg15"))]
+#[cfg(feature = "pg15")]
 const LEADER_ONLY: &str = "";
 // Before 16 a subscription takes every change its publisher has, whatever its origin.
-#[cfg(any(feature = "pg14", feature = "pg15"))]
+#[cfg(feature = "pg15")]
 const RELAYS: &str = "true";
-#[cfg(not(any(feature = "pg14", feature = "pg15")))]
+#[cfg(not(feature = "pg15"))]
 const RELAYS: &str = "s.suborigin OPERATOR(pg_catalog.<>) 'none'";
 #[cfg(feature = "pg16")]
 const LEADER_ONLY: &str = "AND w.leader_pid IS NULL";
-#[cfg(not(any(feature = "pg14", feature = "pg15", feature = "pg16")))]
+#[cfg(not(any(feature = "pg15", feature = "pg16")))]
 const LEADER_ONLY: &str = "AND w.worker_type OPERATOR(pg_catalog.=) 'apply'";
 
 fn paths_sql() -> String {

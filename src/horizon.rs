@@ -80,24 +80,10 @@ fn setting_int(name: &std::ffi::CStr) -> usize {
         .unwrap_or(0)
 }
 
-/// How many slots: one per PGPROC that can run a transaction. 15 and later know MaxBackends when
-/// shared memory is requested; 14 computes it after the preload libraries, so it is derived here
-/// from the settings with 14's formula (plus a margin; the slots in use are checked against
-/// MaxBackends at start-up).
+/// How many slots: one per PGPROC that can run a transaction (MaxBackends is known when shared
+/// memory is requested, in the shmem_request_hook).
 fn slot_count() -> usize {
-    #[cfg(feature = "pg14")]
-    {
-        setting_int(c"max_connections")
-            + setting_int(c"autovacuum_max_workers")
-            + 1
-            + setting_int(c"max_worker_processes")
-            + setting_int(c"max_wal_senders")
-            + 16
-    }
-    #[cfg(not(feature = "pg14"))]
-    {
-        unsafe { pg_sys::MaxBackends as usize }
-    }
+    unsafe { pg_sys::MaxBackends as usize }
 }
 
 fn request() {
@@ -112,9 +98,6 @@ fn request() {
 /// Only in the postmaster while shared_preload_libraries is processed, and only when
 /// `snowflake.track_horizon` is on.
 pub fn init() {
-    #[cfg(feature = "pg14")]
-    request();
-    #[cfg(not(feature = "pg14"))]
     unsafe {
         static mut PREV_REQUEST: pg_sys::shmem_request_hook_type = None;
         PREV_REQUEST = pg_sys::shmem_request_hook;

@@ -4,7 +4,7 @@
 //!
 //! Every node that receives an INSERT evaluates the row's `DEFAULT snowflake_nextval()` itself
 //! before Citus routes the row to a shard, so an ID's worker ID names the node that received the
-//! row, whichever node stores it. On 14, 15 and 19 each test says why it does not run.
+//! row, whichever node stores it. On 15 and 19 each test says why it does not run.
 
 mod common;
 use common::{eventually, pg_major, run_recipes, Cluster};
@@ -21,7 +21,7 @@ fn citus_available() -> bool {
         .unwrap();
     if out.status.code() == Some(3) {
         eprintln!(
-            "SKIPPED on PostgreSQL {}: Citus 14.0.1 supports PostgreSQL 16, 17 and 18 only (the last Citus for 14 was 12.1, for 15 13.x; none supports 19 yet)",
+            "SKIPPED on PostgreSQL {}: Citus 14.0.1 supports PostgreSQL 16, 17 and 18 only (the last Citus for 15 was 13.x; none supports 19 yet)",
             pg_major()
         );
         return false;

@@ -1,16 +1,11 @@
-//! pg_upgrade to the major under test from 14 (the oldest supported major), from 15 (Debian
-//! 12's) and from 18 (the newest before 19), each where it is older than the major under test
+//! pg_upgrade to the major under test from 15 (the oldest supported major, and Debian 12's) and
+//! from 18 (the newest before 19), each where it is older than the major under test
 //! (never from the same major: that is no upgrade), with the README's recipe run as
 //! written: the keys stay as they were, and the persisted high-water mark travels with the data,
 //! so the upgraded server issues IDs above the old maximum even when its clock is behind.
 
 mod common;
 use common::{as_owner, bindir, pg_config_of, pg_major, readme_script, Cluster};
-
-#[test]
-fn pg_upgrade_from_14_keeps_the_keys_and_carries_the_high_water_mark() {
-    upgrade_from(14);
-}
 
 #[test]
 fn pg_upgrade_from_15_keeps_the_keys_and_carries_the_high_water_mark() {
@@ -118,7 +113,7 @@ fn upgrade_from(old_major: u32) {
         new.clock_offset_s() < -9.0,
         "the new server's clock is not behind"
     );
-    // Where libfaketime cannot reach the lease worker (14, 15), the upgrade is still checked,
+    // Where libfaketime cannot reach the lease worker (15), the upgrade is still checked,
     // with a clock that is not behind.
     if !common::worker_sees_the_clock(&new) {
         new.stop("fast");
@@ -186,8 +181,7 @@ fn upgrade_from(old_major: u32) {
 /// PyPI) are older, dump it as an ordinary option and then refuse it on restore ("unrecognized
 /// parameter"), for any table, with or without snowflake. A column created before that minor
 /// release has no such key, so removing it returns the catalog to a state a real 15 cluster is
-/// in, and pg_upgrade to these builds works. 14.23 never writes the key, so an upgrade from 14
-/// needs nothing (the statement then changes no row). With the current minor of the new major it
+/// in, and pg_upgrade to these builds works. With the current minor of the new major it
 /// is not needed.
 fn strip_back_branch_attver(c: &Cluster) {
     c.sql(

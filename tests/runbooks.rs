@@ -31,7 +31,7 @@ const SETUP: &str = "CREATE SCHEMA snowflake; CREATE EXTENSION snowflake SCHEMA 
       END LOOP;
     END $$";
 
-/// On 14 and 15 libfaketime does not reach the lease worker (see
+/// On 15 libfaketime does not reach the lease worker (see
 /// `common::worker_sees_the_clock`): these tests move the new server's clock, so they say so
 /// there and stop before making any server.
 fn clocks_move_whole_servers() -> bool {

@@ -482,11 +482,7 @@ fn hostile_app(name: &str) -> Cluster {
     // a superuser owns.
     c.try_sql_in("app", "CREATE SCHEMA snowflake; GRANT USAGE ON SCHEMA snowflake TO PUBLIC; CREATE EXTENSION snowflake SCHEMA snowflake")
         .unwrap();
-    let rename = if common::pg_major() >= 15 {
-        RENAME_PUBLIC
-    } else {
-        ""
-    };
+    let rename = RENAME_PUBLIC;
     let out = c
         .psql_cmd_as("appowner", "app")
         .arg("-c")
@@ -640,7 +636,6 @@ fn names_outside_ascii_in_a_latin1_database_stop_nothing() {
             String::from_utf8_lossy(&out.stderr).to_string(),
         )
     };
-    // (The owner may set a placeholder for its database from 15 on; on 14 only a superuser may.)
     let (ok, err) = utf8(&c, "postgres", "ALTER DATABASE app SET \"é.x\" = 'é'");
     assert!(ok, "{err}");
     let (ok, err) = utf8(

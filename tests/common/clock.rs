@@ -48,7 +48,7 @@ pub fn worker_clock_lag_s(c: &Cluster) -> f64 {
 }
 
 /// Whether the lease worker sees the clock that libfaketime gives this server's backends. On
-/// PostgreSQL 16 and later it must (the test fails otherwise); on 14 and 15 libfaketime does not
+/// PostgreSQL 16 and later it must (the test fails otherwise); on 15 libfaketime does not
 /// reach the processes the postmaster forks from its signal handlers, the lease worker among
 /// them, so a clock test there would move only half a server: it says so and is skipped.
 pub fn worker_sees_the_clock(c: &Cluster) -> bool {
