@@ -3,7 +3,7 @@
 # Every target takes the PostgreSQL major as a parameter: `make install PG_MAJOR=18`. Without it,
 # `make test` runs the whole suite on every major below; the other targets use the crate's default
 # major (Cargo.toml's default feature).
-MAJORS   := 14 15 16 17 18 19
+MAJORS   := 15 16 17 18 19
 given = $(filter command line environment,$(origin $(1)))
 # Given only PG_CONFIG, the major is that server's: `make install PG_CONFIG=/usr/lib/postgresql/16/bin/pg_config`.
 ifneq ($(call given,PG_CONFIG),)
@@ -22,8 +22,8 @@ TEST_MAJORS := $(if $(call given,PG_MAJOR)$(call given,PG_CONFIG),$(PG_MAJOR),$(
 # The major's pg_config, found or installed by scripts/pg.sh (expanded only where it is used).
 PG_CONFIG ?= $(shell scripts/pg.sh $(PG_MAJOR))
 # The pg_upgrade tests upgrade from each of these majors to the one under test, where it is
-# older: from the oldest supported major, from Debian 12's own, and from 18 (to 19).
-UPGRADE_FROM := 14 15 18
+# older: from the oldest supported major (Debian 12's own), and from 18 (to 19).
+UPGRADE_FROM := 15 18
 UPGRADE_SOURCES = $(foreach m,$(UPGRADE_FROM),$(if $(shell [ $(m) -lt $(PG_MAJOR) ] && echo y),$(m)))
 FEATURES := --no-default-features --features pg$(PG_MAJOR)
 VERSION  := $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
@@ -36,7 +36,7 @@ CARGO := $(CURDIR)/scripts/cargo
 DEPS_LEVELS := build package unit demo test bench
 
 .PHONY: deps $(addprefix deps-,$(DEPS_LEVELS)) install pg-config demo test test-major unit glue-unit \
-  upgrade-source citus lint bench package clean sim sim-budget sim-mutants loom mutants
+  upgrade-source citus lint bench package clean sim sim-budget sim-regressions sim-mutants loom mutants
 
 # What each target needs, installed where it is missing: `deps-build` for `install`, and so on
 # (scripts/deps.sh lists what each level holds). `make deps` installs everything, for this major.
@@ -70,7 +70,7 @@ demo: deps-demo install
 
 # Every test: the pure core (unit + property + multi-threaded stress tests) once, then, for each
 # major, the SQL tests against real clusters that the tests start and stop themselves.
-test: unit glue-unit sim-budget loom
+test: unit glue-unit sim-budget sim-regressions loom
 	@for m in $(TEST_MAJORS); do $(MAKE) --no-print-directory test-major PG_MAJOR=$$m || exit 1; done
 
 # The pure core's tests (unit, property and multi-threaded stress tests): the crate
@@ -107,6 +107,10 @@ mutants:
 	  -f core/src/generator.rs -f core/src/lease.rs -f core/src/fleet.rs \
 	  -f core/src/horizon.rs -f core/src/worker.rs
 
+# Every seed that ever broke an invariant, replayed (sim/regressions.txt says how they are kept).
+sim-regressions:
+	SIM_REGRESSIONS=sim/regressions.txt $(CARGO) run --release --quiet -p snowflake-sim
+
 # make test's share: the same seeds every time (about a minute of schedules on one core).
 SIM_BUDGET := 16000
 sim-budget:
@@ -123,7 +127,7 @@ test-major: deps-test install package upgrade-source citus
 	@echo "== the SQL suite on PostgreSQL $(PG_MAJOR) ($(PG_CONFIG))"
 	PG_CONFIG=$(PG_CONFIG) \
 	  SNOWFLAKE_UPGRADE_FROM_PG_CONFIGS="$$(for m in $(UPGRADE_SOURCES); do scripts/pg.sh $$m; done)" \
-	  $(CARGO) test --test '*' -- --test-threads=2
+	  $(CARGO) nextest run --test '*' $(if $(NEXTEST_THREADS),--test-threads $(NEXTEST_THREADS)) $(if $(FILTER),-E '$(FILTER)')
 
 # The pg_upgrade tests need the extension in the old majors' servers too: build it there unless
 # this version is installed already.

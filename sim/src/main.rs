@@ -1,5 +1,5 @@
 //! `make sim`: runs schedules from random seeds for `SIM_SECONDS` (default 60), or replays one
-//! (`SEED=n`). An invariant broken exits 1 with the seed and the shrunk trace.
+//! (`SEED=n`), or every seed of a regressions file (`SIM_REGRESSIONS=sim/regressions.txt`). An invariant broken exits 1 with the seed and the shrunk trace.
 
 use snowflake_sim::{run, run_traced, schedule, shrink};
 use std::time::{Duration, Instant};
@@ -9,6 +9,9 @@ fn main() {
     let seconds: u64 = var("SIM_SECONDS").map_or(60, |s| s.parse().expect("SIM_SECONDS: a number"));
     let seeds: Option<u64> =
         var("SIM_SCHEDULES").map(|s| s.parse().expect("SIM_SCHEDULES: a number"));
+    if let Some(file) = var("SIM_REGRESSIONS") {
+        std::process::exit(if regressions(&file) { 0 } else { 1 });
+    }
     if let Some(seed) = var("SEED") {
         let seed: u64 = seed.parse().expect("SEED: a number");
         std::process::exit(if check(seed, true) { 0 } else { 1 });
@@ -46,6 +49,46 @@ fn main() {
         steps as f64 / secs,
         schedules as f64 * 60.0 / secs
     );
+}
+
+/// Replays every seed of a regressions file (its header says the format): a `fixed` seed must
+/// hold, an `open` one must still break an invariant. Returns whether every seed did as listed.
+fn regressions(file: &str) -> bool {
+    let text = std::fs::read_to_string(file).unwrap_or_else(|e| panic!("{file}: {e}"));
+    let (mut fixed, mut open, mut wrong) = (0, 0, Vec::new());
+    for (n, line) in text.lines().enumerate() {
+        let line = line.split('#').next().unwrap_or("").trim();
+        if line.is_empty() {
+            continue;
+        }
+        let mut words = line.split_whitespace();
+        let (Some(seed), Some(state)) = (words.next(), words.next()) else {
+            panic!("{file}:{}: want `seed state note`", n + 1);
+        };
+        let seed: u64 = seed
+            .parse()
+            .unwrap_or_else(|_| panic!("{file}:{}: {seed} is not a seed", n + 1));
+        let (knobs, events) = schedule(seed);
+        let held = run(knobs, &events).0.is_ok();
+        match (state, held) {
+            ("fixed", true) => fixed += 1,
+            ("open", false) => open += 1,
+            ("fixed", false) => {
+                check(seed, false);
+                wrong.push(format!("seed {seed} ({file}:{}) is fixed, and breaks an invariant again", n + 1));
+            }
+            ("open", true) => wrong.push(format!(
+                "seed {seed} ({file}:{}) is open, and now holds: if a change fixed it, mark it fixed",
+                n + 1
+            )),
+            _ => panic!("{file}:{}: state {state} is neither fixed nor open", n + 1),
+        }
+    }
+    println!("snowflake-sim: regression seeds of {file}: {fixed} fixed held, {open} open still break");
+    for w in &wrong {
+        println!("snowflake-sim: {w}");
+    }
+    wrong.is_empty()
 }
 
 /// Runs one seed; on a violation prints it with its shrunk trace. Returns whether it held.
