@@ -5,7 +5,7 @@ mod common;
 use common::{readme_recipe, run, Cluster};
 use std::path::PathBuf;
 use std::process::Command;
-use std::sync::{Mutex, OnceLock};
+use std::sync::OnceLock;
 
 /// The versions the README names.
 const PYTHON_PACKAGES: &[&str] = &[
@@ -24,11 +24,17 @@ fn cache() -> PathBuf {
         })
 }
 
-/// Installs what is missing, once per process (the tests of this file share the cache).
-static INSTALL: Mutex<()> = Mutex::new(());
+/// Installs what is missing, one test at a time: the tests of this file share the cache, and
+/// each runs in a process of its own (cargo-nextest), so the lock is a file's.
+fn install_lock() -> std::fs::File {
+    std::fs::create_dir_all(cache()).unwrap();
+    let f = std::fs::File::create(cache().join("install.lock")).unwrap();
+    f.lock().unwrap();
+    f
+}
 
 fn python() -> PathBuf {
-    let _one = INSTALL.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = install_lock();
     let venv = cache().join("python");
     let marker = venv.join("installed.txt");
     let want = PYTHON_PACKAGES.join("\n");
@@ -44,7 +50,7 @@ fn python() -> PathBuf {
 }
 
 fn node_modules() -> PathBuf {
-    let _one = INSTALL.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = install_lock();
     let dir = cache().join("node");
     let marker = dir.join("installed.txt");
     let want = NODE_PACKAGES.join("\n");
