@@ -43,6 +43,12 @@ COMMENT ON FUNCTION snowflake_nextval() IS 'The next snowflake ID of this server
     name = "snowflake_nextval"
 );
 
+/// The next ID, as `snowflake_nextval()` gives it, for the extension's own Rust (no call by name).
+pub(crate) fn next_id() -> i64 {
+    // SAFETY: the wrapper never reads its fcinfo.
+    unsafe { snowflake_nextval_wrapper(std::ptr::null_mut()) }.value() as i64
+}
+
 /// Everything but the common path: checks, the first call's set-up, waits and errors.
 #[pg_guard]
 #[cold]

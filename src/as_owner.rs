@@ -16,6 +16,8 @@
 //! called by OID, so nothing a database owner creates in the extension's schema can stand in
 //! for them.
 
+use crate::core::partitions::{drop_cutoff, is_time_bound};
+use crate::core::time::pg_timestamp_to_unix_ms;
 use crate::errors;
 use pgrx::datum::{Interval, TimestampWithTimeZone};
 use pgrx::prelude::*;
@@ -155,6 +157,7 @@ fn call(name: &str, args: &[pg_sys::Datum]) -> pg_sys::Datum {
             [a, b] => pg_sys::OidFunctionCall2Coll(f, none, *a, *b),
             [a, b, c] => pg_sys::OidFunctionCall3Coll(f, none, *a, *b, *c),
             [a, b, c, d] => pg_sys::OidFunctionCall4Coll(f, none, *a, *b, *c, *d),
+            [a, b, c, d, e, g] => pg_sys::OidFunctionCall6Coll(f, none, *a, *b, *c, *d, *e, *g),
             _ => unreachable!("no function of as_owner.sql takes {} arguments", args.len()),
         }
     }
@@ -205,12 +208,23 @@ fn snowflake_adopt(tbl: pg_sys::Oid, col: &std::ffi::CStr) -> Option<i64> {
                 Some("Run it as a superuser."),
             );
         }
-        crate::status::set_floor(id);
+        crate::status::set_floor(id, true);
     }
-    let old = vec![max].into_datum().expect("an array is not NULL");
-    as_owner(owner, || {
-        call("_snowflake_adopt_switch", &[tbl_datum, col, old])
+    // The default is written from snowflake_nextval()'s OID; the first ID is drawn here, by no
+    // name, and must be above every existing key.
+    let nextval = own_function("snowflake_nextval");
+    let first = as_owner(owner, || {
+        call("_snowflake_adopt_switch", &[tbl_datum, col, nextval.into()]);
+        crate::api::next_id()
     });
+    if let Some(id) = max.filter(|&id| first <= id) {
+        errors::raise(
+            PgSqlErrorCode::ERRCODE_INTERNAL_ERROR,
+            format!("snowflake_nextval() returned {first}, not above the existing maximum {id}"),
+            None,
+            None,
+        )
+    }
     max
 }
 
@@ -232,7 +246,7 @@ fn snowflake_set_floor_from(tbl: pg_sys::Oid, col: &std::ffi::CStr) -> Option<i6
     });
     let max = max.first().copied().flatten();
     if let Some(id) = max {
-        crate::status::set_floor(id);
+        crate::status::set_floor(id, true);
     }
     max
 }
@@ -263,14 +277,39 @@ fn snowflake_create_partitions(
 ) -> SetOfIterator<'static, pg_sys::Oid> {
     let owner = owner_for(parent, "snowflake_create_partitions()");
     let made = as_owner(owner, || {
-        array::<pg_sys::Oid, _>(
+        // Checks the parent's partitioning first.
+        crate::partitions::list(parent);
+        let bounds: Vec<TimestampWithTimeZone> = array::<TimestampWithTimeZone, _>(
             call(
-                "_snowflake_create_partitions",
+                "_snowflake_partition_steps",
                 &[
                     parent.into(),
                     from_ts.into_datum().unwrap(),
                     to_ts.into_datum().unwrap(),
                     step.into_datum().unwrap(),
+                    crate::api::snowflake_timestamp(0).into_datum().unwrap(),
+                    crate::api::snowflake_timestamp(i64::MAX)
+                        .into_datum()
+                        .unwrap(),
+                ],
+            ),
+            |ts| ts,
+        )
+        .into_iter()
+        .flatten()
+        .collect();
+        // Times outside the layout are refused (22008) before anything is made.
+        let ids: Vec<i64> = bounds
+            .iter()
+            .map(|&ts| crate::api::snowflake_min_id(ts))
+            .collect();
+        array::<pg_sys::Oid, _>(
+            call(
+                "_snowflake_create_partitions",
+                &[
+                    parent.into(),
+                    bounds.into_datum().unwrap(),
+                    ids.into_datum().unwrap(),
                 ],
             ),
             |oid| oid,
@@ -286,10 +325,47 @@ fn snowflake_drop_partitions(
 ) -> SetOfIterator<'static, String> {
     let owner = owner_for(parent, "snowflake_drop_partitions()");
     let dropped = as_owner(owner, || {
+        let parts = crate::partitions::list(parent);
+        // Only a table whose every partition has snowflake time bounds: a table partitioned on
+        // other keys (a bigserial's 1..1000, 1000..2000) would otherwise have every partition
+        // "before" the cut-off. It is refused whole, and nothing is dropped.
+        if let Some(p) = parts
+            .iter()
+            .find(|p| !is_time_bound(p.from_id) || !is_time_bound(p.to_id))
+        {
+            let show = |b: Option<i64>, open: &str| b.map_or(open.to_string(), |v| v.to_string());
+            errors::raise(
+                PgSqlErrorCode::ERRCODE_WRONG_OBJECT_TYPE,
+                format!(
+                    "partition {} of {} does not have snowflake time bounds",
+                    relation_name(p.oid),
+                    relation_name(parent)
+                ),
+                Some(format!(
+                    "Its bounds are FROM ({}) TO ({}). A snowflake time partition is bounded by snowflake_min_id() of its start and end: the first ID of a millisecond, a multiple of 4194304 (2^22).",
+                    show(p.from_id, "MINVALUE"),
+                    show(p.to_id, "MAXVALUE")
+                )),
+                Some("snowflake_drop_partitions only drops partitions of tables keyed by snowflake IDs (made by snowflake_create_partitions, or pg_partman with an interval of whole milliseconds); nothing was dropped. Drop other partitions with DROP TABLE."),
+            )
+        }
+        // A cut-off before the epoch covers no ID: nothing is dropped (the daily job of a young
+        // epoch asks for 90 days ago). One past the layout's last millisecond covers every ID.
+        let us: i64 = older_than.into_inner();
+        let ms = pg_timestamp_to_unix_ms(us).unwrap_or(if us < 0 { i64::MIN } else { i64::MAX });
+        let Some(cutoff) = drop_cutoff(ms, crate::config::epoch_ms()) else {
+            return Vec::new();
+        };
+        let mut old: Vec<_> = parts
+            .into_iter()
+            .filter_map(|p| p.to_id.filter(|&to| to <= cutoff).map(|to| (to, p.oid)))
+            .collect();
+        old.sort_by_key(|&(to, oid)| (to, oid.to_u32()));
+        let oids: Vec<pg_sys::Oid> = old.into_iter().map(|(_, oid)| oid).collect();
         array::<&str, _>(
             call(
                 "_snowflake_drop_partitions",
-                &[parent.into(), older_than.into_datum().unwrap()],
+                &[parent.into(), oids.into_datum().unwrap()],
             ),
             |name| name.to_string(),
         )
@@ -297,12 +373,22 @@ fn snowflake_drop_partitions(
     SetOfIterator::new(dropped.into_iter().flatten())
 }
 
+/// A relation's name as the functions of as_owner.sql show it (qualified: they run with
+/// `search_path = pg_catalog, pg_temp`), its bytes as ASCII.
+fn relation_name(rel: pg_sys::Oid) -> String {
+    Spi::get_one_with_args::<Vec<u8>>(
+        "SELECT pg_catalog.textsend(pg_catalog.format('%s', $1::pg_catalog.regclass))",
+        &[rel.into()],
+    )
+    .ok()
+    .flatten()
+    .unwrap_or_default()
+    .escape_ascii()
+    .to_string()
+}
+
 extension_sql_file!(
     "as_owner.sql",
     name = "as_owner",
-    requires = [
-        "snowflake_partitions",
-        "snowflake_set_floor_revoked",
-        "snowflake_nextval"
-    ]
+    requires = ["snowflake_set_floor_revoked", "snowflake_nextval"]
 );

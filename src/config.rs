@@ -344,7 +344,7 @@ impl Setting {
             }
             Kind::Text {
                 value,
-                check: TextCheck::Any | TextCheck::PairSource,
+                check: TextCheck::Any,
             } => {
                 GucRegistry::define_string_guc(name, short, long, value, context, GucFlags::empty())
             }
@@ -362,6 +362,23 @@ impl Setting {
                     context,
                     GucFlags::empty(),
                     Some(check_epoch_hook),
+                    None,
+                    None,
+                )
+            },
+            // SAFETY: as for the epoch's hook; this one only compares text.
+            Kind::Text {
+                value,
+                check: TextCheck::PairSource,
+            } => unsafe {
+                GucRegistry::define_string_guc_with_hooks(
+                    name,
+                    short,
+                    long,
+                    value,
+                    context,
+                    GucFlags::empty(),
+                    Some(check_pair_source_hook),
                     None,
                     None,
                 )
@@ -712,6 +729,35 @@ unsafe extern "C-unwind" fn check_epoch_hook(
     }
 }
 
+/// `snowflake.pair_source` is checked when it is set (ALTER SYSTEM, a reload), as PostgreSQL's
+/// own enum settings are: a value the next start would refuse is refused now.
+unsafe extern "C-unwind" fn check_pair_source_hook(
+    newval: *mut *mut std::ffi::c_char,
+    _extra: *mut *mut std::ffi::c_void,
+    _source: pg_sys::GucSource::Type,
+) -> bool {
+    // SAFETY: PostgreSQL passes a valid pointer to the candidate value (NULL for no value).
+    let value = unsafe { *newval };
+    if value.is_null() {
+        return true;
+    }
+    let text = unsafe { CStr::from_ptr(value) }.to_string_lossy();
+    if PairSource::parse(&text).is_some() {
+        return true;
+    }
+    let detail = CString::new(format!(
+        "\"snowflake.pair_source\" takes {}.",
+        PairSource::NAMES.join(", ")
+    ))
+    .unwrap_or_default();
+    // SAFETY: as in check_epoch_hook.
+    unsafe {
+        pg_sys::GUC_check_errcode(PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE as i32);
+        pg_sys::GUC_check_errdetail_string = pg_sys::pstrdup(detail.as_ptr());
+    }
+    false
+}
+
 const EPOCH_HINT: &str =
     "Use a past UTC timestamp such as '2015-01-01 00:00:00+00', or milliseconds since 1970.";
 
@@ -731,9 +777,7 @@ pub fn init_preloaded() {
     check_unknown_settings();
     SETTINGS.iter().for_each(Setting::define);
     // Any other snowflake.* name is a typo: this says so and removes the placeholder.
-    unsafe {
-        pg_sys::MarkGUCPrefixReserved(c"snowflake".as_ptr())
-    };
+    unsafe { pg_sys::MarkGUCPrefixReserved(c"snowflake".as_ptr()) };
 
     // Read from the defined settings, which keep the source of the placeholders they replace.
     let settings = all_settings();

@@ -481,6 +481,10 @@ extension_sql!(
     r#"
 COMMENT ON FUNCTION snowflake_horizon_holders() IS 'Who holds the horizon back: the backends (pid) and prepared transactions (prepared_xid) whose open transaction holds an ID, with the smallest ID each holds';
 COMMENT ON FUNCTION snowflake_horizon() IS 'The largest ID such that no transaction of this server still in progress holds or can obtain an ID at or below it: read it before a query, then read rows up to it';
+-- Its value is one below the smallest ID an open transaction holds, any role's in any database:
+-- for pg_read_all_stats and the roles a DBA grants it to, as snowflake_horizon_holders() is.
+REVOKE EXECUTE ON FUNCTION snowflake_horizon() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION snowflake_horizon() TO pg_read_all_stats;
 REVOKE EXECUTE ON FUNCTION snowflake_advance_horizon() FROM PUBLIC;
 COMMENT ON FUNCTION snowflake_advance_horizon() IS 'snowflake_horizon() after committing an idle generator to the previous millisecond, so that an idle writer''s published horizon keeps up with time; for the role that publishes horizons';
 "#,

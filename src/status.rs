@@ -232,11 +232,12 @@ fn snowflake_stats() -> TableIterator<
 /// clock would make this server's IDs run ahead of time.
 #[pg_extern(volatile, parallel_unsafe)]
 fn snowflake_set_floor(id: i64) {
-    set_floor(id)
+    set_floor(id, false)
 }
 
-/// `snowflake_set_floor()` for a caller that has checked the privilege (`snowflake_adopt`).
-pub fn set_floor(id: i64) {
+/// `snowflake_set_floor()` for a caller that has checked the privilege (`snowflake_adopt`);
+/// `key` says the floor is a table's largest key (adopt, set_floor_from), not an ID given.
+pub fn set_floor(id: i64, key: bool) {
     config::require_preload("snowflake_set_floor()");
     config::require_primary("snowflake_set_floor()", config::STANDBY_SHARES_THE_PAIR);
     let drift = config::max_clock_drift_ms();
@@ -256,13 +257,21 @@ pub fn set_floor(id: i64) {
             }
         }
         Err(FloorError::Negative) => errors::layout(crate::core::layout::LayoutError::NegativeId(id), epoch_ms()),
-        Err(FloorError::TooFarAhead { ahead_ms, max_drift_ms }) => errors::raise(
+        Err(FloorError::TooFarAhead { ahead_ms, max_drift_ms }) if key => errors::raise(
             PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
             format!("existing key {id} is above what snowflake_nextval() can generate now"),
             Some(format!(
                 "Its timestamp lies {ahead_ms} ms ahead of the clock; snowflake.max_clock_drift allows {max_drift_ms} ms."
             )),
             Some("The existing keys do not come from this epoch's clock: keep their generator, or move the rows to a new table."),
+        ),
+        Err(FloorError::TooFarAhead { ahead_ms, max_drift_ms }) => errors::raise(
+            PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+            format!("floor {id} is above what snowflake_nextval() can generate now"),
+            Some(format!(
+                "Its timestamp lies {ahead_ms} ms ahead of the clock; snowflake.max_clock_drift allows {max_drift_ms} ms."
+            )),
+            Some("Give an ID this server could have issued: at most snowflake_max_id(now()) plus snowflake.max_clock_drift."),
         ),
     }
 }

@@ -149,7 +149,7 @@ const CATALOG: &str = "SELECT string_agg(format('%s %s %s %s %s %s %s %s %s %s %
      JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'snowflake'";
 
 /// Every released version, each with a query that must fail there because a later one adds it.
-const RELEASES: [(&str, &str); 6] = [
+const RELEASES: [(&str, &str); 7] = [
     ("1.0.0", "SELECT * FROM snowflake_stats()"),
     ("1.1.0", "SELECT * FROM snowflake_partitions('pg_class')"),
     ("1.2.0", "SELECT clock_forward_jumps FROM snowflake_stats()"),
@@ -159,6 +159,10 @@ const RELEASES: [(&str, &str); 6] = [
         "SELECT '_snowflake_adopt_lock(regclass, name)'::regprocedure",
     ),
     ("1.5.0", "SELECT lease_database_owner FROM snowflake_node()"),
+    (
+        "1.6.0",
+        "SELECT '_snowflake_partition_steps(regclass, timestamptz, timestamptz, interval, timestamptz, timestamptz)'::regprocedure",
+    ),
 ];
 
 #[test]
@@ -218,6 +222,7 @@ fn upgrade_from_every_release_matches_a_fresh_install() {
                 "1.1.0" => "snowflake_node_1_1(),snowflake_stats_1_2()",
                 "1.2.0" => "snowflake_node_1_4(),snowflake_stats_1_2()",
                 "1.5.0" => "snowflake_node_1_5(),snowflake_stats()",
+                "1.6.0" => "snowflake_node(),snowflake_stats()",
                 _ => "snowflake_node_1_4(),snowflake_stats()",
             };
             assert_eq!(c.try_sql_in(&db, reads).unwrap(), kept, "from {old}");

@@ -112,7 +112,7 @@ fn the_horizon_stays_below_every_id_an_open_transaction_holds() {
         later > idle + (40 << 22),
         "an idle server's advanced horizon did not follow the clock: {idle} then {later}"
     );
-    c.sql("CREATE ROLE reader LOGIN");
+    c.sql("CREATE ROLE reader LOGIN; GRANT EXECUTE ON FUNCTION snowflake_horizon() TO reader");
     assert_eq!(
         c.try_sql_as("reader", "SELECT snowflake_horizon() >= 0")
             .unwrap(),
@@ -650,7 +650,7 @@ fn prepare_without_prepared_transactions_is_postgresqls_own_error() {
 fn reading_the_horizon_of_an_idle_server_writes_nothing() {
     let mut c = Cluster::new("horizon-read-only", "");
     c.start();
-    c.sql("CREATE EXTENSION snowflake; CREATE ROLE reader LOGIN");
+    c.sql("CREATE EXTENSION snowflake; CREATE ROLE reader LOGIN; GRANT EXECUTE ON FUNCTION snowflake_horizon() TO reader");
     for _ in 0..5 {
         c.try_sql_as("reader", "SELECT snowflake_horizon()")
             .unwrap();
@@ -703,7 +703,7 @@ fn a_reader_during_a_clock_ahead_leaves_no_trace() {
     let mut c = Cluster::new("horizon-clock-ahead", "");
     c.fake_time(None);
     c.start();
-    c.sql("CREATE EXTENSION snowflake; CREATE ROLE reader LOGIN");
+    c.sql("CREATE EXTENSION snowflake; CREATE ROLE reader LOGIN; GRANT EXECUTE ON FUNCTION snowflake_horizon() TO reader");
     c.set_fake_offset("+3600s");
     assert!(c.clock_offset_s() > 3500.0, "the clock did not move");
     for _ in 0..5 {
@@ -728,6 +728,8 @@ fn a_reader_during_a_clock_ahead_leaves_no_trace() {
 /// a role with only CONNECT sees no other role's transaction (1.5.0 showed it the exact ID, and
 /// so the millisecond, of another role's uncommitted row in another database); the role itself
 /// sees its own, and members of pg_read_all_stats see all, prepared ones included.
+/// `snowflake_horizon()`, one below that ID, is for pg_read_all_stats and the roles granted it
+/// (1.6.0 gave it to every role: issue 49).
 #[test]
 fn the_holders_of_the_horizon_are_as_private_as_pg_stat_activity() {
     let mut c = Cluster::new("horizon-holders-private", "max_prepared_transactions = 2");
@@ -755,6 +757,15 @@ fn the_holders_of_the_horizon_are_as_private_as_pg_stat_activity() {
     );
     assert_eq!(c.try_sql_as("tom", holders).unwrap(), format!("1|{held}"));
     assert_eq!(c.sql(holders), format!("1|{held}"));
+    let e = c
+        .try_sql_as("eve", "SELECT snowflake_horizon()")
+        .expect_err("eve read the horizon, one below tom's uncommitted ID");
+    assert_eq!(e.sqlstate, "42501", "{}", e.raw);
+    assert_eq!(
+        c.try_sql_as("watcher", "SELECT snowflake_horizon()")
+            .unwrap(),
+        (held - 1).to_string()
+    );
     s.run("PREPARE TRANSACTION 'tom1';");
     assert_eq!(
         c.try_sql_as("eve", holders).unwrap(),

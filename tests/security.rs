@@ -349,7 +349,7 @@ fn a_table_owners_code_never_runs_as_the_superuser_who_maintains_the_table() {
     let e = c
         .try_sql_as(
             "tabowner",
-            "SELECT _snowflake_create_partitions('m.ev', now(), now(), '1 day')",
+            "SELECT _snowflake_create_partitions('m.ev', ARRAY[now(), now()], ARRAY[0, 0]::bigint[])",
         )
         .expect_err("the internal function ran");
     assert_eq!(e.sqlstate, "42501", "{}", e.raw);
@@ -1036,4 +1036,171 @@ fn the_owner_of_an_application_database_stops_no_id_elsewhere() {
         let _ = h.wait();
     }
     assert_eq!(is_superuser(&c, "mallory"), "f");
+}
+
+/// The bodies of the extension's functions written in SQL or PL/pgSQL, as installed in `db`:
+/// the text that, resolved at run time, would call whatever a name finds (issue 49).
+fn extension_bodies(c: &Cluster, db: &str) -> String {
+    c.try_sql_in(
+        db,
+        "SET search_path = pg_catalog; \
+         SELECT string_agg(p.prosrc, E'\\n' ORDER BY p.proname) FROM pg_proc p \
+           JOIN pg_depend d ON d.classid = 'pg_proc'::regclass AND d.objid = p.oid AND d.deptype = 'e' \
+           JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'snowflake' \
+           JOIN pg_language l ON l.oid = p.prolang AND l.lanname IN ('sql', 'plpgsql')",
+    )
+    .unwrap()
+}
+
+/// Every name the extension's own bodies call and every function of the extension, with the
+/// arities it has: what an attacker would shadow.
+fn extension_call_text(c: &Cluster, db: &str) -> String {
+    let members = c
+        .try_sql_in(
+            db,
+            "SET search_path = pg_catalog; \
+             SELECT string_agg(p.proname || '(' || repeat('x,', p.pronargs) || 'x)' || E'\\n' || p.proname || '(x)' || E'\\n' || p.proname || '()', E'\\n') FROM pg_proc p \
+               JOIN pg_depend d ON d.classid = 'pg_proc'::regclass AND d.objid = p.oid AND d.deptype = 'e' \
+               JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'snowflake'",
+        )
+        .unwrap();
+    format!("{}\n{members}", extension_bodies(c, db))
+}
+
+fn plant_as(c: &Cluster, role: &str, db: &str, sql: &str) {
+    let out = c.psql_cmd_as(role, db).arg("-c").arg(sql).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{role} could not plant: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Every entry point a superuser runs on a table another role owns, qualified with the schema
+/// the extension is in, with a safe search_path and every argument of its exact type (in a
+/// schema others create in, a stand-in of fewer arguments makes a call that relies on a
+/// default ambiguous: an error, nothing runs).
+fn entry_points(schema: &str, owner: &str) -> String {
+    format!(
+        "SET search_path = pg_catalog, pg_temp;
+         SELECT {schema}.snowflake_adopt('public.{owner}_orders'::regclass, 'id'::name);
+         SELECT {schema}.snowflake_set_floor_from('public.{owner}_orders'::regclass, 'id'::name);
+         SELECT count(*) FROM {schema}.snowflake_create_partitions('public.{owner}_events'::regclass, now() - interval '3 days', now() + interval '2 days', '1 day'::interval);
+         SELECT count(*) FROM {schema}.snowflake_partitions('public.{owner}_events'::regclass);
+         SELECT count(*) FROM {schema}.snowflake_drop_partitions('public.{owner}_events'::regclass, now() - interval '1 day');
+         SELECT {schema}.snowflake_unadopt('public.{owner}_orders'::regclass, 'id'::name);
+         SELECT count(*) FROM {schema}.snowflake_partitions('public.{owner}_events'::regclass);"
+    )
+}
+
+/// The tables of `owner`: the superuser's own (where the extension's SQL runs as superuser) and
+/// tom's (where it runs as tom).
+fn tables(owner: &str) -> String {
+    format!(
+        "CREATE TABLE public.{owner}_orders (id bigserial PRIMARY KEY, note text);
+         INSERT INTO public.{owner}_orders (note) VALUES ('old');
+         CREATE TABLE public.{owner}_events (id bigint PRIMARY KEY, payload text) PARTITION BY RANGE (id);"
+    )
+}
+
+/// Issue 49: no SQL of the extension resolves a name at run time where another role can
+/// create. Traps are derived from the installed extension itself: for every name its SQL and
+/// PL/pgSQL bodies call, and every function it has, stand-ins of every arity called with
+/// integer, numeric, text (and more) arguments, in every schema the attacker may create in,
+/// plus the extension's own schema renamed and made again. Then a superuser runs every entry
+/// point, in a database whose `public` is open to everyone (eve plants, the README's quick start
+/// makes the extension there) and in one mallory owns (the extension `SCHEMA public`, as the
+/// Citus recipe makes it, then `public` renamed and remade). Nobody becomes superuser.
+#[test]
+fn the_extensions_own_sql_calls_nothing_another_role_can_plant() {
+    let mut c = Cluster::new("own-sql-traps", "snowflake.worker_id = 9");
+    c.start();
+    c.sql("CREATE ROLE mallory LOGIN; CREATE ROLE tom LOGIN; CREATE ROLE eve LOGIN");
+    // Where the traps come from: the installed extension.
+    c.sql("CREATE EXTENSION snowflake");
+    let calls = extension_call_text(&c, "postgres");
+    assert!(
+        calls.contains("snowflake_adopt(") && calls.contains("_snowflake_max_key("),
+        "{calls}"
+    );
+    let quick_start = common::readme_recipe("quick-start");
+
+    // A database a superuser owns, whose public everyone may create in.
+    c.sql("CREATE DATABASE open");
+    c.try_sql_in("open", "GRANT CREATE ON SCHEMA public TO PUBLIC")
+        .unwrap();
+    plant_as(&c, "tom", "open", &tables("tom"));
+    c.try_sql_in("open", &tables("postgres")).unwrap();
+    // (Planted first, a stand-in with one of the extension's signatures would make CREATE
+    // EXTENSION fail: security.md says so.)
+    superuser_runs_in(&c, "open", &quick_start, &[]).unwrap();
+    plant_as(
+        &c,
+        "eve",
+        "open",
+        &common::recipe_traps(&[&calls, &quick_start], "public", "eve"),
+    );
+    for owner in ["postgres", "tom"] {
+        let out = superuser_runs_in(&c, "open", &entry_points("public", owner), &[])
+            .unwrap_or_else(|e| panic!("the entry points failed:\n{e}"));
+        assert_eq!(
+            is_superuser(&c, "eve"),
+            "f",
+            "the extension's SQL ran eve's code as superuser ({owner}'s tables):\n{out}"
+        );
+        // adopt, set_floor_from, 5 made, 5 listed, 2 dropped, unadopt, 3 left.
+        assert_eq!(
+            out.lines().collect::<Vec<_>>(),
+            ["1", "1", "5", "5", "2", "1", "3"]
+        );
+    }
+
+    // A database mallory owns (and so its public on 15 and later): the extension made there
+    // `SCHEMA public`, then mallory renames public and makes another, with the extension's own
+    // signatures in it too.
+    c.sql("CREATE DATABASE mal OWNER mallory");
+    c.try_sql_in("mal", "ALTER SCHEMA public OWNER TO mallory")
+        .unwrap();
+    plant_as(&c, "mallory", "mal", "CREATE SCHEMA postgres");
+    plant_as(
+        &c,
+        "mallory",
+        "mal",
+        &common::recipe_traps(&[&calls], "postgres", "mallory"),
+    );
+    c.try_sql_in(
+        "mal",
+        "SET search_path = pg_catalog, pg_temp; CREATE EXTENSION snowflake SCHEMA public",
+    )
+    .unwrap();
+    plant_as(
+        &c,
+        "mallory",
+        "mal",
+        &common::recipe_traps(&[&calls], "public", "mallory"),
+    );
+    plant_as(
+        &c,
+        "mallory",
+        "mal",
+        &format!(
+            "ALTER SCHEMA public RENAME TO public_old; CREATE SCHEMA public; GRANT ALL ON SCHEMA public TO PUBLIC; {}",
+            common::recipe_traps(&[&calls], "public", "mallory")
+        ),
+    );
+    plant_as(&c, "tom", "mal", &tables("tom"));
+    c.try_sql_in("mal", &tables("postgres")).unwrap();
+    for owner in ["postgres", "tom"] {
+        let out = superuser_runs_in(&c, "mal", &entry_points("public_old", owner), &[])
+            .unwrap_or_else(|e| panic!("the entry points failed:\n{e}"));
+        assert_eq!(
+            is_superuser(&c, "mallory"),
+            "f",
+            "the extension's SQL ran mallory's code as superuser ({owner}'s tables):\n{out}"
+        );
+        assert_eq!(
+            out.lines().collect::<Vec<_>>(),
+            ["1", "1", "5", "5", "2", "1", "3"]
+        );
+    }
 }

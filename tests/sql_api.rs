@@ -637,3 +637,61 @@ fn alter_system_refuses_an_epoch_that_would_stop_the_next_start() {
     )));
     assert_eq!(c.sql("SHOW snowflake.epoch"), "2015-01-01 00:00:00+00");
 }
+
+/// Issue 49, items 3 to 6: what 1.6.0 got wrong at the edges of unadopt, the settings and the
+/// errors.
+#[test]
+fn issue_49_unadopt_settings_and_errors() {
+    let mut c = Cluster::new("issue49-edges", "snowflake.worker_id = 3");
+    c.start();
+    c.sql("CREATE EXTENSION snowflake");
+    // 3: a partitioned table's partitions keep a default after unadopt on every major (15 and 16
+    // give the identity to the parent only), drawn from the same sequence.
+    c.sql("CREATE TABLE pe (id bigint DEFAULT snowflake_nextval(), v text) PARTITION BY RANGE (id);
+           SELECT count(*) FROM snowflake_create_partitions('pe', now() - interval '1 day', now() + interval '1 day');
+           INSERT INTO pe (v) VALUES ('before')");
+    let part =
+        c.sql("SELECT partition FROM snowflake_partitions('pe') ORDER BY from_id DESC LIMIT 1");
+    let max = c.sql_i64("SELECT snowflake_unadopt('pe')");
+    let direct = c.sql_i64(&format!(
+        "INSERT INTO {part} (v) VALUES ('direct') RETURNING id"
+    ));
+    let parent = c.sql_i64("INSERT INTO pe (v) VALUES ('parent') RETURNING id");
+    assert!(direct > max && parent > direct, "{max} {direct} {parent}");
+    // 4: a nullable key is made NOT NULL where no key is NULL; a NULL key is refused, and
+    // nothing is changed.
+    c.sql("CREATE TABLE nk (id bigint DEFAULT snowflake_nextval(), v text); INSERT INTO nk (v) VALUES ('a')");
+    assert!(c.sql_i64("SELECT snowflake_unadopt('nk')") > 0);
+    assert_eq!(
+        c.sql("SELECT attnotnull, attidentity FROM pg_attribute WHERE attrelid = 'nk'::regclass AND attname = 'id'"),
+        "t|d"
+    );
+    c.sql("CREATE TABLE nn (id bigint DEFAULT snowflake_nextval(), v text); INSERT INTO nn (id, v) VALUES (NULL, 'a')");
+    let e = c.sql_err("SELECT snowflake_unadopt('nn')");
+    assert_eq!(e.sqlstate, "23502", "{}", e.raw);
+    assert!(
+        e.message.contains("has NULL keys") && e.hint.contains("UPDATE"),
+        "{}",
+        e.raw
+    );
+    assert_eq!(
+        c.sql("SELECT attnotnull, attidentity = '' FROM pg_attribute WHERE attrelid = 'nn'::regclass AND attname = 'id'"),
+        "f|t"
+    );
+    // 5: a pair source the next start would refuse is refused when it is set.
+    let e = c.sql_err("ALTER SYSTEM SET snowflake.pair_source = 'nonsense'");
+    assert_eq!(e.sqlstate, "22023", "{}", e.raw);
+    assert!(e.detail.contains("config"), "{}", e.raw);
+    c.sql("ALTER SYSTEM SET snowflake.pair_source = 'config'");
+    c.sql("ALTER SYSTEM RESET snowflake.pair_source");
+    // 6: a missing relation is 42P01; a floor too far ahead speaks of a floor, not of keys.
+    let e = c.sql_err("SELECT * FROM snowflake_partitions(0)");
+    assert_eq!(e.sqlstate, "42P01", "{}", e.raw);
+    let e = c.sql_err("SELECT snowflake_set_floor(9223372036854775807)");
+    assert_eq!(e.sqlstate, "55000", "{}", e.raw);
+    assert!(
+        e.message.starts_with("floor 9223372036854775807 is above"),
+        "{}",
+        e.raw
+    );
+}

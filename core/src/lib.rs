@@ -10,6 +10,7 @@ pub mod generator;
 pub mod horizon;
 pub mod layout;
 pub mod lease;
+pub mod partitions;
 pub mod time;
 pub mod worker;
 

@@ -236,6 +236,9 @@ const TRAP_TYPES: &[&str] = &[
     "timestamptz",
     "interval",
     "oid",
+    // What an untyped literal is until it is resolved (PostgreSQL refuses most of these; the
+    // planting goes on without them).
+    "unknown",
 ];
 
 /// SQL, to be run by `role` (who must be able to create in `schema`), that plants stand-ins for
