@@ -35,7 +35,7 @@ CARGO := $(CURDIR)/scripts/cargo
 
 DEPS_LEVELS := build package unit demo test bench
 
-.PHONY: deps $(addprefix deps-,$(DEPS_LEVELS)) install pg-config demo test test-all test-steps test-major unit glue-unit \
+.PHONY: deps $(addprefix deps-,$(DEPS_LEVELS)) install pg-config demo test test-all test-steps test-major prepare-major suite-major unit glue-unit \
   upgrade-source citus lint bench package clean sim sim-budget sim-regressions sim-mutants loom mutants \
   check-install
 
@@ -81,8 +81,22 @@ test:
 test-all:
 	@$(call timed,make test-all,$(MAKE) --no-print-directory test-steps SUITE=all)
 
+# The majors are built one after another, and their SQL suites run one after another, but each
+# major's suite runs while the next major builds: a build keeps about one core busy (its last
+# step, the LTO link, is one process), a suite mostly waits. So -j2, and a chain of each kind.
 test-steps: unit glue-unit sim-budget sim-regressions loom
-	@for m in $(TEST_MAJORS); do $(MAKE) --no-print-directory test-major PG_MAJOR=$$m SUITE=$(SUITE) || exit 1; done
+	@$(MAKE) --no-print-directory -j2 --output-sync=target $(addprefix suite-,$(TEST_MAJORS)) SUITE=$(SUITE)
+
+# built-NN: major NN built, installed and packaged; suite-NN: its SQL suite. Each waits for the
+# one of the major before it ($(MAJOR_PAIRS): "15:16 16:17 ...").
+MAJOR_PAIRS := $(shell set -- $(TEST_MAJORS); while [ $$# -gt 1 ]; do echo $$1:$$2; shift; done)
+$(foreach p,$(MAJOR_PAIRS),$(eval built-$(lastword $(subst :, ,$(p))): built-$(firstword $(subst :, ,$(p))))\
+  $(eval suite-$(lastword $(subst :, ,$(p))): suite-$(firstword $(subst :, ,$(p)))))
+built-%:
+	@$(call timed,PostgreSQL $* built$(,) installed and packaged,$(MAKE) --no-print-directory prepare-major PG_MAJOR=$* SUITE=$(SUITE))
+suite-%: built-%
+	@$(call timed,the SQL suite on PostgreSQL $*,$(MAKE) --no-print-directory suite-major PG_MAJOR=$* SUITE=$(SUITE))
+, := ,
 
 # Runs a command and says how long it took: $(call timed,name,command).
 timed = started=$$(date +%s); $(2); rc=$$?; took=$$(( $$(date +%s) - started )); \
@@ -141,12 +155,19 @@ glue-unit: deps-unit
 # The SQL suite runs under cargo-nextest (.config/nextest.toml): every test in its own process,
 # those of every file side by side. FILTER (a nextest filterset) narrows it by hand:
 # `make test-major PG_MAJOR=16 FILTER='binary(dba)'`.
-test-major: deps-test install package upgrade-source citus
+# Its JUnit report (each test's time) is kept as target/nextest/junit-pgNN.xml.
+test-major: prepare-major
+	@$(MAKE) --no-print-directory suite-major
+
+prepare-major: deps-test install package upgrade-source citus
+
+suite-major:
 	@echo "== the SQL suite on PostgreSQL $(PG_MAJOR) ($(PG_CONFIG)): $(or $(SUITE_FILTER),all())"
 	PG_CONFIG=$(PG_CONFIG) \
-	  SNOWFLAKE_UPGRADE_FROM_PG_CONFIGS="$$(for m in $(UPGRADE_SOURCES); do scripts/pg.sh $$m; done)" \
+	  SNOWFLAKE_UPGRADE_FROM_PG_CONFIGS="$$(for m in $(if $(RUNS_UPGRADES),$(UPGRADE_SOURCES)); do scripts/pg.sh $$m; done)" \
 	  $(CARGO) nextest run --test '*' $(if $(NEXTEST_THREADS),--test-threads $(NEXTEST_THREADS)) \
-	    $(if $(SUITE_FILTER),-E '$(SUITE_FILTER)')
+	    $(if $(SUITE_FILTER),-E '$(SUITE_FILTER)'); \
+	  rc=$$?; cp target/nextest/default/junit.xml target/nextest/junit-pg$(PG_MAJOR).xml 2>/dev/null; exit $$rc
 
 # What make test runs of the SQL suite on each major: everything on the oldest and the newest,
 # and on the others the files that cover code or behaviour that differs there (CONTRIBUTING.md
@@ -155,14 +176,16 @@ SUITE ?= $(if $(call given,PG_MAJOR)$(call given,PG_CONFIG),all,per-major)
 SUITE_15 := all()
 SUITE_16 := binary(sql_api) | binary(package) | binary(multiwriter) | binary(durability) | binary(citus)
 SUITE_17 := binary(sql_api) | binary(package) | binary(multiwriter) | binary(citus)
-SUITE_18 := binary(sql_api) | binary(package) | binary(citus) | binary(security)
+SUITE_18 := binary(sql_api) | binary(package) | binary(citus)
 SUITE_19 := all()
+# Whether the suite chosen runs tests/pg_upgrade.rs (only then are the older majors built).
+RUNS_UPGRADES = $(if $(SUITE_FILTER),$(findstring pg_upgrade,$(SUITE_FILTER)),yes)
 SUITE_FILTER = $(or $(FILTER),$(if $(filter all,$(SUITE)),,$(filter-out all(),$(SUITE_$(PG_MAJOR)))))
 
 # The pg_upgrade tests need the extension in the old majors' servers too: build it there unless
 # this version is installed already.
 upgrade-source:
-	@for m in $(UPGRADE_SOURCES); do old=$$(scripts/pg.sh $$m); \
+	@for m in $(if $(RUNS_UPGRADES),$(UPGRADE_SOURCES)); do old=$$(scripts/pg.sh $$m); \
 	  if [ ! -f "$$($$old --pkglibdir)/snowflake.so" ] || \
 	     [ ! -f "$$($$old --sharedir)/extension/snowflake--$(VERSION).sql" ]; then \
 	    $(MAKE) --no-print-directory install PG_MAJOR=$$m || exit 1; fi; done
