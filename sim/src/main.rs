@@ -84,7 +84,9 @@ fn regressions(file: &str) -> bool {
             _ => panic!("{file}:{}: state {state} is neither fixed nor open", n + 1),
         }
     }
-    println!("snowflake-sim: regression seeds of {file}: {fixed} fixed held, {open} open still break");
+    println!(
+        "snowflake-sim: regression seeds of {file}: {fixed} fixed held, {open} open still break"
+    );
     for w in &wrong {
         println!("snowflake-sim: {w}");
     }
