@@ -117,8 +117,9 @@ loom:
 # from a random seed for SIM_SECONDS (default 60) and is what a contributor runs before a
 # release; `make sim SEED=n` replays one seed and shrinks what it breaks.
 SIM_SECONDS ?= 60
+# SIM_KEEP_GOING=1 lists every seed that breaks an invariant and goes on.
 sim:
-	SIM_SECONDS=$(SIM_SECONDS) SEED=$(SEED) $(CARGO) run --release --quiet -p snowflake-sim
+	SIM_SECONDS=$(SIM_SECONDS) SEED=$(SEED) SIM_KEEP_GOING=$(SIM_KEEP_GOING) $(CARGO) run --release --quiet -p snowflake-sim
 
 # The defects of this project's history put back one at a time into a copy of the core: the
 # budget below must find each (sim/mutants.py lists them).

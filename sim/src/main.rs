@@ -23,6 +23,10 @@ fn main() {
     let started = Instant::now();
     let (mut schedules, mut steps, mut ids) = (0u64, 0u64, 0u64);
     let mut seed = first;
+    // SIM_KEEP_GOING=1: a broken seed is listed and the run goes on (to collect every seed of a
+    // long run for sim/regressions.txt); otherwise the first one stops it, shrunk.
+    let keep_going = var("SIM_KEEP_GOING").is_some_and(|v| v == "1");
+    let mut broken: Vec<(u64, String)> = Vec::new();
     println!(
         "snowflake-sim: schedules from seed {first} on, for {} ",
         seeds.map_or(format!("{seconds} s"), |n| format!("{n} schedules"))
@@ -36,19 +40,35 @@ fn main() {
         schedules += 1;
         steps += s;
         ids += i;
-        if result.is_err() {
-            check(seed, false);
-            std::process::exit(1);
+        if let Err((at, v)) = result {
+            if !keep_going {
+                check(seed, false);
+                std::process::exit(1);
+            }
+            println!("seed {seed}: {v} (event {at} of {})", events.len());
+            broken.push((seed, v.to_string()));
         }
         seed = seed.wrapping_add(1);
     }
     let secs = started.elapsed().as_secs_f64();
     println!(
-        "snowflake-sim: {schedules} schedules (seeds {first}..{}), {steps} events, {ids} IDs in {secs:.1} s: {:.0} events/s, {:.0} schedules/min; no invariant broken",
+        "snowflake-sim: {schedules} schedules (seeds {first}..{}), {steps} events, {ids} IDs in {secs:.1} s: {:.0} events/s, {:.0} schedules/min; {}",
         seed.wrapping_sub(1),
         steps as f64 / secs,
-        schedules as f64 * 60.0 / secs
+        schedules as f64 * 60.0 / secs,
+        if broken.is_empty() {
+            "no invariant broken".to_string()
+        } else {
+            format!("{} seeds broke an invariant", broken.len())
+        }
     );
+    if !broken.is_empty() {
+        println!("for sim/regressions.txt (replay each with make sim SEED=n):");
+        for (seed, v) in &broken {
+            println!("{seed:<17} open   {v}");
+        }
+        std::process::exit(1);
+    }
 }
 
 /// Replays every seed of a regressions file (its header says the format): a `fixed` seed must
