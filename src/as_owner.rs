@@ -95,13 +95,21 @@ fn owner_for(rel: pg_sys::Oid, function: &str) -> pg_sys::Oid {
 /// snapshot after the lock, in REPEATABLE READ and SERIALIZABLE the transaction's snapshot may be
 /// older (and would miss them: an identity or a floor below an existing key).
 fn require_read_committed(function: &str) {
-    // SAFETY: a plain read of the transaction's isolation level.
-    if unsafe { pg_sys::XactIsoLevel } >= pg_sys::XACT_REPEATABLE_READ as i32 {
+    // SAFETY: plain reads of the transaction's isolation level and of the session's default.
+    let (level, default) = unsafe { (pg_sys::XactIsoLevel, pg_sys::DefaultXactIsoLevel) };
+    if level >= pg_sys::XACT_REPEATABLE_READ as i32 {
+        // A database or role may make another level the default (ALTER DATABASE ... SET
+        // default_transaction_isolation): the call on its own is then not READ COMMITTED.
+        let hint = if default >= pg_sys::XACT_REPEATABLE_READ as i32 {
+            "This session's default_transaction_isolation is not READ COMMITTED: run SET default_transaction_isolation = 'read committed'; first, then call it on its own (or in BEGIN ISOLATION LEVEL READ COMMITTED)."
+        } else {
+            "Run it in a READ COMMITTED transaction (this session's default), for example on its own."
+        };
         errors::raise(
             PgSqlErrorCode::ERRCODE_INVALID_TRANSACTION_STATE,
             format!("{function} cannot run in a REPEATABLE READ or SERIALIZABLE transaction"),
             Some("It reads the table's largest key after locking out its writers; a transaction snapshot taken before the lock could miss keys committed since.".into()),
-            Some("Run it in a READ COMMITTED transaction (the default), for example on its own."),
+            Some(hint),
         )
     }
 }
@@ -178,6 +186,7 @@ where
 /// have no Rust type here): `tbl` is a regclass and `col` a name, passed on as they came.
 #[pg_extern(sql = false)]
 fn snowflake_adopt(tbl: pg_sys::Oid, col: &std::ffi::CStr) -> Option<i64> {
+    let col_name = col;
     // A `name` is a NUL-terminated array of bytes: passed on as it came.
     let col = pg_sys::Datum::from(col.as_ptr());
     let owner = owner_for(tbl, "snowflake_adopt()");

@@ -970,6 +970,30 @@ fn reading_a_tables_largest_key_needs_read_committed() {
         }
         c.sql(&format!("BEGIN; {call}; ROLLBACK"));
     }
+    // A database whose default is SERIALIZABLE (its owner may set that: finding E): the HINT
+    // does not send the caller to "the default", and says what to run first.
+    c.sql("CREATE DATABASE ser");
+    c.sql("ALTER DATABASE ser SET default_transaction_isolation = 'serializable'");
+    c.try_sql_in("ser", "CREATE EXTENSION snowflake; CREATE TABLE s (id bigserial PRIMARY KEY); INSERT INTO s DEFAULT VALUES")
+        .unwrap();
+    let e = c
+        .try_sql_in("ser", "SELECT snowflake_adopt('public.s'::regclass)")
+        .expect_err("adopt ran in a serializable transaction");
+    assert_eq!(e.sqlstate, "25000", "{}", e.raw);
+    assert!(
+        e.hint
+            .contains("SET default_transaction_isolation = 'read committed'"),
+        "{}",
+        e.raw
+    );
+    // As the HINT says (each statement its own transaction, as psql runs a file).
+    superuser_runs_in(
+        &c,
+        "ser",
+        "SET default_transaction_isolation = 'read committed';\nSELECT snowflake_adopt('public.s'::regclass);",
+        &[],
+    )
+    .unwrap();
 }
 
 /// The owner of another database pulls every lever PostgreSQL gives her over her own database
