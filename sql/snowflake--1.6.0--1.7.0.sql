@@ -137,18 +137,8 @@ BEGIN
     IF ident <> '' THEN
         EXECUTE format('ALTER TABLE %s ALTER COLUMN %I DROP IDENTITY', tbl, col);
     END IF;
-    EXECUTE format('ALTER TABLE %s ALTER COLUMN %I SET DEFAULT %s()', tbl, col, nextval::regproc);
-    IF NOT EXISTS (
-        SELECT FROM pg_attrdef ad
-          JOIN pg_attribute a ON a.attrelid = ad.adrelid AND a.attnum = ad.adnum
-          JOIN pg_depend d ON d.classid = 'pg_attrdef'::regclass AND d.objid = ad.oid
-                          AND d.refclassid = 'pg_proc'::regclass AND d.refobjid = nextval
-         WHERE ad.adrelid = tbl AND a.attname = col) THEN
-        RAISE EXCEPTION USING ERRCODE = 'object_not_in_prerequisite_state',
-            MESSAGE = format('the default of column "%s" of relation %s does not call snowflake''s snowflake_nextval()', col, tbl),
-            DETAIL = format('The name %s found another function: its schema was renamed or replaced during the call.', nextval::regproc),
-            HINT = 'Put the extension in a schema only a superuser can create in or rename; nothing was changed.';
-    END IF;
+    -- On the table and every table that inherits from it, each locked.
+    EXECUTE format('ALTER TABLE %s ALTER COLUMN %I DROP DEFAULT', tbl, col);
     RETURN true;
 END
 $fn$;
@@ -340,7 +330,7 @@ BEGIN
 END
 $fn$;
 
-REVOKE EXECUTE ON FUNCTION _snowflake_adopt_switch(regclass, name, oid) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION _snowflake_adopt_switch(regclass, name) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION _snowflake_partition_steps(regclass, timestamptz, timestamptz, interval, timestamptz, timestamptz) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION _snowflake_create_partitions(regclass, timestamptz[], bigint[]) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION _snowflake_drop_partitions(regclass, oid[]) FROM PUBLIC;

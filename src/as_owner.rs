@@ -219,11 +219,12 @@ fn snowflake_adopt(tbl: pg_sys::Oid, col: &std::ffi::CStr) -> Option<i64> {
         }
         crate::status::set_floor(id, true);
     }
-    // The default is written from snowflake_nextval()'s OID; the first ID is drawn here, by no
+    // The default is built from snowflake_nextval()'s OID; the first ID is drawn here, by no
     // name, and must be above every existing key.
     let nextval = own_function("snowflake_nextval");
     let first = as_owner(owner, || {
-        call("_snowflake_adopt_switch", &[tbl_datum, col, nextval.into()]);
+        call("_snowflake_adopt_switch", &[tbl_datum, col]);
+        set_default(tbl, col_name, nextval);
         crate::api::next_id()
     });
     if let Some(id) = max.filter(|&id| first <= id) {
@@ -235,6 +236,66 @@ fn snowflake_adopt(tbl: pg_sys::Oid, col: &std::ffi::CStr) -> Option<i64> {
         )
     }
     max
+}
+
+/// `ALTER TABLE tbl ALTER COLUMN col SET DEFAULT snowflake_nextval()` on the table and on every
+/// table that inherits from it (its partitions), as ALTER TABLE recurses, with the expression
+/// built from the function's OID: no name is parsed. (Parsed, `snowflake_nextval()` found
+/// whatever a role that may create in the extension's schema had put there: a
+/// `snowflake_nextval(integer DEFAULT 0)` of hers made it ambiguous, 42725; issue 49.)
+/// `_snowflake_adopt_switch` has dropped the old defaults with ALTER TABLE, which checked the
+/// column and locked each of these tables.
+fn set_default(tbl: pg_sys::Oid, col: &std::ffi::CStr, nextval: pg_sys::Oid) {
+    let rels: Vec<pg_sys::Oid> = Spi::connect(|client| {
+        client
+            .select(
+                "WITH RECURSIVE t(relid) AS (
+                     SELECT $1::pg_catalog.oid
+                     UNION ALL
+                     SELECT i.inhrelid FROM pg_catalog.pg_inherits i
+                       JOIN t ON i.inhparent OPERATOR(pg_catalog.=) t.relid)
+                 SELECT relid FROM t",
+                None,
+                &[tbl.into()],
+            )
+            .expect("list the table and the tables that inherit from it")
+            .filter_map(|row| row.get::<pg_sys::Oid>(1).ok().flatten())
+            .collect()
+    });
+    for rel in rels {
+        // SAFETY: PostgreSQL's own calls of ALTER TABLE ... SET DEFAULT (ATExecColumnDefault and
+        // StoreAttrDefault), on a table of this transaction's, under the lock ALTER TABLE takes;
+        // the expression is a call of a function without arguments that returns bigint.
+        unsafe {
+            let attnum = pg_sys::get_attnum(rel, col.as_ptr());
+            if attnum == pg_sys::InvalidAttrNumber as pg_sys::AttrNumber {
+                continue;
+            }
+            let r = pg_sys::table_open(rel, pg_sys::AccessExclusiveLock as pg_sys::LOCKMODE);
+            pg_sys::RemoveAttrDefault(
+                rel,
+                attnum,
+                pg_sys::DropBehavior::DROP_RESTRICT,
+                false,
+                true,
+            );
+            pg_sys::CommandCounterIncrement();
+            let expr = pg_sys::makeFuncExpr(
+                nextval,
+                pg_sys::INT8OID,
+                std::ptr::null_mut(),
+                pg_sys::InvalidOid,
+                pg_sys::InvalidOid,
+                pg_sys::CoercionForm::COERCE_EXPLICIT_CALL,
+            );
+            #[cfg(any(feature = "pg15", feature = "pg16", feature = "pg17"))]
+            pg_sys::StoreAttrDefault(r, attnum, expr.cast(), false, false);
+            #[cfg(any(feature = "pg18", feature = "pg19"))]
+            pg_sys::StoreAttrDefault(r, attnum, expr.cast(), false);
+            pg_sys::table_close(r, pg_sys::NoLock as pg_sys::LOCKMODE);
+            pg_sys::CommandCounterIncrement();
+        }
+    }
 }
 
 /// Raises the generator's floor above the largest key of `tbl.col`, read as the table's owner:

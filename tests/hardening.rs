@@ -223,10 +223,11 @@ fn functions_carry_the_right_labels() {
     // volatility (i immutable, s stable, v volatile), strict, parallel (s safe, r restricted, u unsafe)
     let want = "\
 _snowflake_adopt_lock(regclass,name) v t u
-_snowflake_adopt_switch(regclass,name,bigint[]) v t u
-_snowflake_create_partitions(regclass,timestamp with time zone,timestamp with time zone,interval) v t u
-_snowflake_drop_partitions(regclass,timestamp with time zone) v t u
+_snowflake_adopt_switch(regclass,name) v t u
+_snowflake_create_partitions(regclass,timestamp with time zone[],bigint[]) v t u
+_snowflake_drop_partitions(regclass,oid[]) v t u
 _snowflake_max_key(regclass,name,boolean) v t u
+_snowflake_partition_steps(regclass,timestamp with time zone,timestamp with time zone,interval,timestamp with time zone,timestamp with time zone) v t u
 snowflake_adopt(regclass,name) v t u
 snowflake_advance_horizon() v t r
 snowflake_compose(timestamp with time zone,integer,integer,integer) i t s
