@@ -2,10 +2,36 @@
 -- extension by name. snowflake_partitions() is Rust (it listed partitions in PL/pgSQL and called
 -- snowflake_timestamp() by name); the table owner's PL/pgSQL of snowflake_adopt() and of the
 -- partition functions is given what it used to call by name (snowflake_min_id() of each bound,
--- the partitions to drop, snowflake_nextval()'s OID) by the Rust that calls it by OID.
+-- the partitions to drop) by the Rust that calls it by OID; snowflake_adopt() stores the new
+-- default itself, built from snowflake_nextval()'s OID. CREATE EXTENSION refuses a schema whose
+-- owner is not a superuser; this update only warns.
 -- snowflake_unadopt() sets a nullable key NOT NULL, and before 17 gives the partitions of a
 -- partitioned table the identity's sequence as their default. snowflake_horizon() is for
 -- pg_read_all_stats and the roles granted it.
+
+-- A schema whose owner is not a superuser is refused by CREATE EXTENSION (src/schema_check.sql).
+-- Here only a WARNING: refusing the update would keep 1.6.0's SQL, which issue 49 broke.
+DO $check$
+DECLARE
+    nsp_name name;
+    owner oid;
+BEGIN
+    SELECT n.nspname, n.nspowner INTO nsp_name, owner
+      FROM pg_catalog.pg_namespace n
+     WHERE n.nspname OPERATOR(pg_catalog.=) pg_catalog.current_schema();
+    IF owner OPERATOR(pg_catalog.=) 'pg_database_owner'::pg_catalog.regrole THEN
+        SELECT d.datdba INTO owner FROM pg_catalog.pg_database d
+         WHERE d.datname OPERATOR(pg_catalog.=) pg_catalog.current_database();
+    END IF;
+    IF NOT (SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.oid OPERATOR(pg_catalog.=) owner) THEN
+        RAISE WARNING USING
+            MESSAGE = pg_catalog.format('extension snowflake is in schema %I, which role %I owns, not a superuser',
+                                        nsp_name, pg_catalog.pg_get_userbyid(owner)),
+            DETAIL = 'A schema''s owner can rename it and make another of its name, drop it with the extension in it, and put functions there that a superuser''s call of the extension would run as that superuser. 1.7.0 refuses to be created in such a schema.',
+            HINT = 'Give the schema to a superuser (ALTER SCHEMA ... OWNER TO ...), or re-create the extension in a schema a superuser owns (see "Creating the extension in a schema others can create in" in docs/security.md).';
+    END IF;
+END
+$check$;
 
 CREATE OR REPLACE FUNCTION snowflake_partitions(
     parent regclass,
@@ -117,7 +143,7 @@ BEGIN
 END
 $fn$;
 
-CREATE FUNCTION _snowflake_adopt_switch(tbl regclass, col name, nextval oid) RETURNS boolean
+CREATE FUNCTION _snowflake_adopt_switch(tbl regclass, col name) RETURNS boolean
 LANGUAGE plpgsql VOLATILE STRICT PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
@@ -137,18 +163,8 @@ BEGIN
     IF ident <> '' THEN
         EXECUTE format('ALTER TABLE %s ALTER COLUMN %I DROP IDENTITY', tbl, col);
     END IF;
-    EXECUTE format('ALTER TABLE %s ALTER COLUMN %I SET DEFAULT %s()', tbl, col, nextval::regproc);
-    IF NOT EXISTS (
-        SELECT FROM pg_attrdef ad
-          JOIN pg_attribute a ON a.attrelid = ad.adrelid AND a.attnum = ad.adnum
-          JOIN pg_depend d ON d.classid = 'pg_attrdef'::regclass AND d.objid = ad.oid
-                          AND d.refclassid = 'pg_proc'::regclass AND d.refobjid = nextval
-         WHERE ad.adrelid = tbl AND a.attname = col) THEN
-        RAISE EXCEPTION USING ERRCODE = 'object_not_in_prerequisite_state',
-            MESSAGE = format('the default of column "%s" of relation %s does not call snowflake''s snowflake_nextval()', col, tbl),
-            DETAIL = format('The name %s found another function: its schema was renamed or replaced during the call.', nextval::regproc),
-            HINT = 'Put the extension in a schema only a superuser can create in or rename; nothing was changed.';
-    END IF;
+    -- On the table and every table that inherits from it, each locked.
+    EXECUTE format('ALTER TABLE %s ALTER COLUMN %I DROP DEFAULT', tbl, col);
     RETURN true;
 END
 $fn$;
@@ -340,7 +356,7 @@ BEGIN
 END
 $fn$;
 
-REVOKE EXECUTE ON FUNCTION _snowflake_adopt_switch(regclass, name, oid) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION _snowflake_adopt_switch(regclass, name) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION _snowflake_partition_steps(regclass, timestamptz, timestamptz, interval, timestamptz, timestamptz) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION _snowflake_create_partitions(regclass, timestamptz[], bigint[]) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION _snowflake_drop_partitions(regclass, oid[]) FROM PUBLIC;

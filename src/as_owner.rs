@@ -95,13 +95,21 @@ fn owner_for(rel: pg_sys::Oid, function: &str) -> pg_sys::Oid {
 /// snapshot after the lock, in REPEATABLE READ and SERIALIZABLE the transaction's snapshot may be
 /// older (and would miss them: an identity or a floor below an existing key).
 fn require_read_committed(function: &str) {
-    // SAFETY: a plain read of the transaction's isolation level.
-    if unsafe { pg_sys::XactIsoLevel } >= pg_sys::XACT_REPEATABLE_READ as i32 {
+    // SAFETY: plain reads of the transaction's isolation level and of the session's default.
+    let (level, default) = unsafe { (pg_sys::XactIsoLevel, pg_sys::DefaultXactIsoLevel) };
+    if level >= pg_sys::XACT_REPEATABLE_READ as i32 {
+        // A database or role may make another level the default (ALTER DATABASE ... SET
+        // default_transaction_isolation): the call on its own is then not READ COMMITTED.
+        let hint = if default >= pg_sys::XACT_REPEATABLE_READ as i32 {
+            "This session's default_transaction_isolation is not READ COMMITTED: run SET default_transaction_isolation = 'read committed'; first, then call it on its own (or in BEGIN ISOLATION LEVEL READ COMMITTED)."
+        } else {
+            "Run it in a READ COMMITTED transaction (this session's default), for example on its own."
+        };
         errors::raise(
             PgSqlErrorCode::ERRCODE_INVALID_TRANSACTION_STATE,
             format!("{function} cannot run in a REPEATABLE READ or SERIALIZABLE transaction"),
             Some("It reads the table's largest key after locking out its writers; a transaction snapshot taken before the lock could miss keys committed since.".into()),
-            Some("Run it in a READ COMMITTED transaction (the default), for example on its own."),
+            Some(hint),
         )
     }
 }
@@ -178,6 +186,7 @@ where
 /// have no Rust type here): `tbl` is a regclass and `col` a name, passed on as they came.
 #[pg_extern(sql = false)]
 fn snowflake_adopt(tbl: pg_sys::Oid, col: &std::ffi::CStr) -> Option<i64> {
+    let col_name = col;
     // A `name` is a NUL-terminated array of bytes: passed on as it came.
     let col = pg_sys::Datum::from(col.as_ptr());
     let owner = owner_for(tbl, "snowflake_adopt()");
@@ -210,11 +219,12 @@ fn snowflake_adopt(tbl: pg_sys::Oid, col: &std::ffi::CStr) -> Option<i64> {
         }
         crate::status::set_floor(id, true);
     }
-    // The default is written from snowflake_nextval()'s OID; the first ID is drawn here, by no
+    // The default is built from snowflake_nextval()'s OID; the first ID is drawn here, by no
     // name, and must be above every existing key.
     let nextval = own_function("snowflake_nextval");
     let first = as_owner(owner, || {
-        call("_snowflake_adopt_switch", &[tbl_datum, col, nextval.into()]);
+        call("_snowflake_adopt_switch", &[tbl_datum, col]);
+        set_default(tbl, col_name, nextval);
         crate::api::next_id()
     });
     if let Some(id) = max.filter(|&id| first <= id) {
@@ -226,6 +236,66 @@ fn snowflake_adopt(tbl: pg_sys::Oid, col: &std::ffi::CStr) -> Option<i64> {
         )
     }
     max
+}
+
+/// `ALTER TABLE tbl ALTER COLUMN col SET DEFAULT snowflake_nextval()` on the table and on every
+/// table that inherits from it (its partitions), as ALTER TABLE recurses, with the expression
+/// built from the function's OID: no name is parsed. (Parsed, `snowflake_nextval()` found
+/// whatever a role that may create in the extension's schema had put there: a
+/// `snowflake_nextval(integer DEFAULT 0)` of hers made it ambiguous, 42725; issue 49.)
+/// `_snowflake_adopt_switch` has dropped the old defaults with ALTER TABLE, which checked the
+/// column and locked each of these tables.
+fn set_default(tbl: pg_sys::Oid, col: &std::ffi::CStr, nextval: pg_sys::Oid) {
+    let rels: Vec<pg_sys::Oid> = Spi::connect(|client| {
+        client
+            .select(
+                "WITH RECURSIVE t(relid) AS (
+                     SELECT $1::pg_catalog.oid
+                     UNION ALL
+                     SELECT i.inhrelid FROM pg_catalog.pg_inherits i
+                       JOIN t ON i.inhparent OPERATOR(pg_catalog.=) t.relid)
+                 SELECT relid FROM t",
+                None,
+                &[tbl.into()],
+            )
+            .expect("list the table and the tables that inherit from it")
+            .filter_map(|row| row.get::<pg_sys::Oid>(1).ok().flatten())
+            .collect()
+    });
+    for rel in rels {
+        // SAFETY: PostgreSQL's own calls of ALTER TABLE ... SET DEFAULT (ATExecColumnDefault and
+        // StoreAttrDefault), on a table of this transaction's, under the lock ALTER TABLE takes;
+        // the expression is a call of a function without arguments that returns bigint.
+        unsafe {
+            let attnum = pg_sys::get_attnum(rel, col.as_ptr());
+            if attnum == pg_sys::InvalidAttrNumber as pg_sys::AttrNumber {
+                continue;
+            }
+            let r = pg_sys::table_open(rel, pg_sys::AccessExclusiveLock as pg_sys::LOCKMODE);
+            pg_sys::RemoveAttrDefault(
+                rel,
+                attnum,
+                pg_sys::DropBehavior::DROP_RESTRICT,
+                false,
+                true,
+            );
+            pg_sys::CommandCounterIncrement();
+            let expr = pg_sys::makeFuncExpr(
+                nextval,
+                pg_sys::INT8OID,
+                std::ptr::null_mut(),
+                pg_sys::InvalidOid,
+                pg_sys::InvalidOid,
+                pg_sys::CoercionForm::COERCE_EXPLICIT_CALL,
+            );
+            #[cfg(any(feature = "pg15", feature = "pg16", feature = "pg17"))]
+            pg_sys::StoreAttrDefault(r, attnum, expr.cast(), false, false);
+            #[cfg(any(feature = "pg18", feature = "pg19"))]
+            pg_sys::StoreAttrDefault(r, attnum, expr.cast(), false);
+            pg_sys::table_close(r, pg_sys::NoLock as pg_sys::LOCKMODE);
+            pg_sys::CommandCounterIncrement();
+        }
+    }
 }
 
 /// Raises the generator's floor above the largest key of `tbl.col`, read as the table's owner:

@@ -182,10 +182,10 @@ BEGIN
 END
 $fn$;
 
--- The table owner's switch of the key's default to snowflake_nextval(), the function of OID
--- nextval: its name is written from that OID (never a name fixed at install), and the default
--- made must call that very function, or nothing is switched.
-CREATE FUNCTION _snowflake_adopt_switch(tbl regclass, col name, nextval oid) RETURNS boolean
+-- The table owner's part of the switch of the key's default to snowflake_nextval(): the identity
+-- and the old default go (ALTER TABLE checks the column and locks the table and its partitions);
+-- then Rust (as_owner.rs, set_default) stores the new default, built from the function's OID.
+CREATE FUNCTION _snowflake_adopt_switch(tbl regclass, col name) RETURNS boolean
 LANGUAGE plpgsql VOLATILE STRICT PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
@@ -205,18 +205,8 @@ BEGIN
     IF ident <> '' THEN
         EXECUTE format('ALTER TABLE %s ALTER COLUMN %I DROP IDENTITY', tbl, col);
     END IF;
-    EXECUTE format('ALTER TABLE %s ALTER COLUMN %I SET DEFAULT %s()', tbl, col, nextval::regproc);
-    IF NOT EXISTS (
-        SELECT FROM pg_attrdef ad
-          JOIN pg_attribute a ON a.attrelid = ad.adrelid AND a.attnum = ad.adnum
-          JOIN pg_depend d ON d.classid = 'pg_attrdef'::regclass AND d.objid = ad.oid
-                          AND d.refclassid = 'pg_proc'::regclass AND d.refobjid = nextval
-         WHERE ad.adrelid = tbl AND a.attname = col) THEN
-        RAISE EXCEPTION USING ERRCODE = 'object_not_in_prerequisite_state',
-            MESSAGE = format('the default of column "%s" of relation %s does not call snowflake''s snowflake_nextval()', col, tbl),
-            DETAIL = format('The name %s found another function: its schema was renamed or replaced during the call.', nextval::regproc),
-            HINT = 'Put the extension in a schema only a superuser can create in or rename; nothing was changed.';
-    END IF;
+    -- On the table and every table that inherits from it, each locked.
+    EXECUTE format('ALTER TABLE %s ALTER COLUMN %I DROP DEFAULT', tbl, col);
     RETURN true;
 END
 $fn$;
@@ -416,7 +406,7 @@ BEGIN
 END
 $fn$;
 REVOKE EXECUTE ON FUNCTION _snowflake_adopt_lock(regclass, name) FROM PUBLIC;
-REVOKE EXECUTE ON FUNCTION _snowflake_adopt_switch(regclass, name, oid) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION _snowflake_adopt_switch(regclass, name) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION _snowflake_partition_steps(regclass, timestamptz, timestamptz, interval, timestamptz, timestamptz) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION _snowflake_create_partitions(regclass, timestamptz[], bigint[]) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION _snowflake_drop_partitions(regclass, oid[]) FROM PUBLIC;

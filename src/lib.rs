@@ -25,6 +25,9 @@ mod status;
 // `version` key stores the version in the name field, so both are given explicitly.
 ::pgrx::pg_module_magic!(name = c"snowflake", version = env_cstr::VERSION);
 
+// First in the install script: the schema it goes into must be a superuser's (issue 49).
+::pgrx::extension_sql_file!("schema_check.sql", name = "schema_check", bootstrap);
+
 mod env_cstr {
     use std::ffi::CStr;
 

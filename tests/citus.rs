@@ -101,7 +101,14 @@ fn set_up(coordinator: &Cluster, workers: &[&Cluster]) {
             ),
         ],
     );
+    // The recipe puts the extension in schema snowflake; the tests call its functions unqualified.
+    for c in std::iter::once(coordinator).chain(workers.iter().copied()) {
+        c.sql(SEARCH_PATH);
+    }
 }
+
+/// What the tests' sessions in the Citus database search: the extension is in `snowflake`.
+const SEARCH_PATH: &str = "ALTER DATABASE postgres SET search_path = \"$user\", public, snowflake";
 
 /// The recipe that adds `new` to the cluster of `coordinator`.
 fn add_node(coordinator: &Cluster, new: &Cluster) {
@@ -114,6 +121,7 @@ fn add_node(coordinator: &Cluster, new: &Cluster) {
             ("NEW", host_port(new)),
         ],
     );
+    new.sql(SEARCH_PATH);
 }
 
 /// The error of `snowflake_nextval()` on `c`, if it refuses: (SQLSTATE, message).
@@ -179,8 +187,13 @@ impl Citus {
             coordinator,
             workers,
         };
-        // CREATE EXTENSION on the coordinator made it on every worker.
+        // CREATE EXTENSION on the coordinator made it on every worker, in schema snowflake.
         for n in c.nodes() {
+            n.sql(SEARCH_PATH);
+            assert_eq!(
+                n.sql("SELECT extnamespace::regnamespace FROM pg_extension WHERE extname = 'snowflake'"),
+                "snowflake"
+            );
             assert_eq!(
                 n.sql("SELECT extversion FROM pg_extension WHERE extname = 'snowflake'"),
                 env!("CARGO_PKG_VERSION")
@@ -696,7 +709,8 @@ fn pairs_come_from_citus_groups_a_node_added_needs_nothing_more_and_a_changed_gr
     // issues with its group, with no other step.
     let mut w3 = derived_node("citus-groups-w3", "citus", "");
     w3.sql("CREATE EXTENSION citus");
-    w3.sql("CREATE EXTENSION snowflake");
+    w3.sql("CREATE SCHEMA snowflake; CREATE EXTENSION snowflake SCHEMA snowflake");
+    w3.sql(SEARCH_PATH);
     assert_eq!(
         w3.sql("SELECT pair_source FROM snowflake_node()"),
         "citus (no group yet)"

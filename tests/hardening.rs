@@ -223,7 +223,7 @@ fn functions_carry_the_right_labels() {
     // volatility (i immutable, s stable, v volatile), strict, parallel (s safe, r restricted, u unsafe)
     let want = "\
 _snowflake_adopt_lock(regclass,name) v t u
-_snowflake_adopt_switch(regclass,name,oid) v t u
+_snowflake_adopt_switch(regclass,name) v t u
 _snowflake_create_partitions(regclass,timestamp with time zone[],bigint[]) v t u
 _snowflake_drop_partitions(regclass,oid[]) v t u
 _snowflake_max_key(regclass,name,boolean) v t u

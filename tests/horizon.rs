@@ -736,11 +736,16 @@ fn the_holders_of_the_horizon_are_as_private_as_pg_stat_activity() {
     c.start();
     c.sql("CREATE ROLE tom LOGIN; CREATE ROLE eve LOGIN; CREATE ROLE watcher LOGIN IN ROLE pg_read_all_stats");
     c.sql("CREATE DATABASE tomdb OWNER tom");
-    c.try_sql_in("tomdb", "CREATE EXTENSION snowflake").unwrap();
+    // tom owns tomdb and so its public: the extension goes into a superuser's schema.
+    c.try_sql_in(
+        "tomdb",
+        "CREATE SCHEMA snowflake; GRANT USAGE ON SCHEMA snowflake TO PUBLIC; CREATE EXTENSION snowflake SCHEMA snowflake",
+    )
+    .unwrap();
     c.sql("CREATE EXTENSION snowflake");
     c.psql_cmd_as("tom", "tomdb")
         .arg("-c")
-        .arg("CREATE TABLE ev (id bigint PRIMARY KEY DEFAULT snowflake_nextval())")
+        .arg("CREATE TABLE ev (id bigint PRIMARY KEY DEFAULT snowflake.snowflake_nextval())")
         .output()
         .unwrap();
     let mut s = Session::open_as(&c, "tom", "tomdb");

@@ -587,7 +587,8 @@ fn the_query_for_partitions_off_utc_finds_them() {
     c.sql("CREATE TABLE events_20261101 PARTITION OF events FOR VALUES FROM (snowflake_min_id('2026-11-01 04:00:00+00')) TO (snowflake_min_id('2026-11-02 05:00:00+00'))");
     let out = c.script(&readme_recipe("partitions-off-utc")).unwrap();
     assert_eq!(out.lines().count(), 1, "{out}");
-    assert!(out.starts_with("events_20261101|"), "{out}");
+    // (Named with its schema: the recipe's search_path is pg_catalog's only.)
+    assert!(out.starts_with("public.events_20261101|"), "{out}");
 }
 
 /// A table named with bytes that are no UTF-8 in a SQL_ASCII database gets its partitions (1.6.0's

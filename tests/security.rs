@@ -449,7 +449,8 @@ const RECIPE_TRAPS: &str = r#"
     CREATE FUNCTION postgres.now() RETURNS timestamptz LANGUAGE sql
       AS 'SELECT public.escalate(); SELECT pg_catalog.now()';
     GRANT USAGE ON SCHEMA postgres TO PUBLIC;
-    ALTER DATABASE app SET search_path = "$user", public, pg_catalog;
+    ALTER DATABASE app SET search_path = "$user", public, snowflake, pg_catalog;
+    ALTER DATABASE app SET default_transaction_isolation = 'serializable';
     CREATE TABLE orders (id bigserial PRIMARY KEY, note text);
     INSERT INTO orders (note) SELECT 'old' FROM generate_series(1, 3);
     CREATE TABLE events (id bigint PRIMARY KEY DEFAULT snowflake.snowflake_nextval(), payload text)
@@ -692,8 +693,170 @@ fn app_recipes() -> Vec<(&'static str, String)> {
             "raise-after-failover",
             common::readme_recipe("raise-after-failover"),
         ),
+        (
+            "partitions-off-utc",
+            common::readme_recipe("partitions-off-utc"),
+        ),
+        ("horizon-holders", common::readme_recipe("horizon-holders")),
+        // Last: it drops the extension.
         ("removal", common::readme_recipe("removal")),
     ]
+}
+
+/// The recipes this file runs as written besides `app_recipes`: in the lease database
+/// (`raise-mark`), as shell (`future-ids-alert`), where the extension is made (`extension-schema`)
+/// and where `public` is open to everyone (`OPEN_RECIPES`).
+const OTHER_RECIPES: &[&str] = &["raise-mark", "future-ids-alert", "extension-schema"];
+
+/// The recipes a superuser runs in a database that a superuser owns whose `public` everyone may
+/// create in, in this order: the README's quick start makes the extension there.
+const OPEN_RECIPES: &[&str] = &[
+    "quick-start",
+    "short-forms",
+    "partitions",
+    "partitions-off-utc",
+    "horizon-holders",
+];
+
+/// An extension function as installed: its name, its IN argument types, its OUT parameters
+/// (`OUT name type, ...`), its return type (with SETOF) and how many IN arguments have defaults.
+struct ExtFn {
+    name: String,
+    ins: Vec<String>,
+    outs: String,
+    ret: String,
+    defaults: usize,
+}
+
+/// Every function of the extension installed in `db`.
+fn extension_functions(c: &Cluster, db: &str) -> Vec<ExtFn> {
+    let rows = c
+        .try_sql_in(
+            db,
+            "SET search_path = pg_catalog; \
+             SELECT p.proname, \
+                    coalesce((SELECT string_agg(format_type(u.t, NULL), ';' ORDER BY u.o) \
+                                FROM unnest(p.proargtypes::oid[]) WITH ORDINALITY u(t, o)), ''), \
+                    coalesce((SELECT string_agg(format('OUT %I %s', u.n, format_type(u.t, NULL)), ', ' ORDER BY u.o) \
+                                FROM unnest(p.proallargtypes, p.proargmodes, p.proargnames) WITH ORDINALITY u(t, m, n, o) \
+                               WHERE u.m IN ('o', 't')), ''), \
+                    CASE WHEN p.proretset THEN 'SETOF ' ELSE '' END || format_type(p.prorettype, NULL), \
+                    p.pronargdefaults \
+               FROM pg_proc p \
+               JOIN pg_depend d ON d.classid = 'pg_proc'::regclass AND d.objid = p.oid AND d.deptype = 'e' \
+               JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'snowflake' \
+              ORDER BY 1, 2",
+        )
+        .unwrap();
+    let fns: Vec<ExtFn> = rows
+        .lines()
+        .map(|l| {
+            let f: Vec<&str> = l.split('|').collect();
+            ExtFn {
+                name: f[0].to_string(),
+                ins: f[1]
+                    .split(';')
+                    .filter(|t| !t.is_empty())
+                    .map(str::to_string)
+                    .collect(),
+                outs: f[2].to_string(),
+                ret: f[3].to_string(),
+                defaults: f[4].parse().unwrap(),
+            }
+        })
+        .collect();
+    assert!(
+        fns.len() > 30 && fns.iter().any(|f| f.name == "snowflake_drop_partitions"),
+        "{rows}"
+    );
+    fns
+}
+
+/// The kinds of stand-ins [`overload_traps`] plants.
+#[derive(Clone, Copy, PartialEq)]
+enum Traps {
+    /// What a call with a loose type prefers: `text` in each argument's place, every argument
+    /// `text`, and `unknown` where PostgreSQL takes it, at every arity a call may use.
+    Loose,
+    /// What makes a call ambiguous in the extension's own schema, and wins in a schema before it:
+    /// one more argument with a default, and each argument that has a default left out.
+    Ambiguous,
+    /// The extension's own signatures (in another schema than the extension's), and each with
+    /// the arguments that have defaults left out: where they come before the extension's schema
+    /// on the search_path, these are what an unqualified call finds. (`Ambiguous`'s one more
+    /// argument would make these ambiguous in turn.)
+    Exact,
+}
+
+/// SQL that `role` runs to plant in `schema` stand-ins of `kind` for every function of `fns`,
+/// each of which makes `role` a superuser when a superuser calls it.
+fn overload_traps(fns: &[ExtFn], schema: &str, role: &str, kind: Traps) -> String {
+    let esc = format!("{schema}.escalate_{role}");
+    let mut sql = format!(
+        "CREATE OR REPLACE FUNCTION {esc}() RETURNS boolean LANGUAGE plpgsql AS $e$
+           BEGIN ALTER ROLE {role} SUPERUSER; RETURN true; EXCEPTION WHEN OTHERS THEN RETURN true; END $e$;
+         GRANT EXECUTE ON FUNCTION {esc}() TO PUBLIC;\n"
+    );
+    for f in fns {
+        let n = f.ins.len();
+        let mut variants: Vec<Vec<String>> = Vec::new();
+        match kind {
+            Traps::Ambiguous => {
+                let mut more = f.ins.clone();
+                more.push("integer DEFAULT 0".into());
+                variants.push(more);
+                for k in n - f.defaults..n {
+                    variants.push(f.ins[..k].to_vec());
+                }
+            }
+            Traps::Loose => {
+                // For each arity a call may use (the arguments with defaults left out or not).
+                for k in n - f.defaults..=n {
+                    for loose in ["text", "unknown"] {
+                        for i in 0..k {
+                            let mut v = f.ins[..k].to_vec();
+                            v[i] = loose.into();
+                            variants.push(v);
+                        }
+                        variants.push(vec![loose.to_string(); k]);
+                    }
+                }
+            }
+            Traps::Exact => {
+                for k in n - f.defaults..=n {
+                    variants.push(f.ins[..k].to_vec());
+                }
+            }
+        }
+        variants.sort();
+        variants.dedup();
+        for v in variants
+            .into_iter()
+            .filter(|v| kind == Traps::Exact || *v != f.ins)
+        {
+            let args: Vec<String> = v
+                .into_iter()
+                .chain((!f.outs.is_empty()).then(|| f.outs.clone()))
+                .collect();
+            let ret = if f.ret.starts_with("SETOF") || !f.outs.is_empty() {
+                "RETURN;"
+            } else {
+                "RETURN NULL;"
+            };
+            let create = format!(
+                "CREATE FUNCTION {schema}.{}({}) RETURNS {} LANGUAGE plpgsql AS $b$ BEGIN PERFORM {esc}(); {ret} END $b$",
+                f.name,
+                args.join(", "),
+                f.ret
+            );
+            // (PostgreSQL refuses some, `unknown` arguments among them: the planting goes on.)
+            sql.push_str(&format!(
+                "DO $p$ BEGIN EXECUTE '{}'; EXCEPTION WHEN OTHERS THEN NULL; END $p$;\n",
+                create.replace('\'', "''")
+            ));
+        }
+    }
+    sql
 }
 
 /// Every recipe whose marker says this file runs it is among those run against derived traps
@@ -704,9 +867,11 @@ fn every_recipe_marked_for_this_file_is_run_against_derived_traps() {
     let mut run: Vec<String> = app_recipes()
         .into_iter()
         .map(|(name, _)| name.to_string())
-        .chain(["raise-mark".to_string()])
+        .chain(OTHER_RECIPES.iter().map(|n| n.to_string()))
+        .chain(OPEN_RECIPES.iter().map(|n| n.to_string()))
         .collect();
     run.sort();
+    run.dedup();
     assert_eq!(common::recipes_run_by("tests/security.rs"), run);
 }
 
@@ -716,9 +881,20 @@ fn every_recipe_marked_for_this_file_is_run_against_derived_traps() {
 fn plant_derived_traps(c: &Cluster, recipes: &[&str]) {
     let text = recipes.join("\n");
     let tables = common::named_tables(&text);
+    // And stand-ins of every function of the extension, of every kind, in both schemas.
+    let fns = extension_functions(c, "app");
     let sql = format!(
-        "{}{}{}",
-        common::recipe_traps(recipes, "public", "appowner"),
+        "{}{}{}{}",
+        // First: the stand-ins with the extension's own shapes (a name the recipes call, planted
+        // below returning bigint, would keep its place).
+        [Traps::Exact, Traps::Loose]
+            .iter()
+            .flat_map(|&k| ["public", "postgres"].map(|s| overload_traps(&fns, s, "appowner", k)))
+            .collect::<String>(),
+        common::recipe_traps(recipes, "public", "appowner").replace(
+            "CREATE FUNCTION public.escalate_appowner",
+            "CREATE OR REPLACE FUNCTION public.escalate_appowner"
+        ),
         common::recipe_traps(recipes, "postgres", "appowner").replace(
             "CREATE FUNCTION postgres.escalate_appowner",
             "CREATE OR REPLACE FUNCTION postgres.escalate_appowner"
@@ -747,7 +923,12 @@ fn plant_derived_traps(c: &Cluster, recipes: &[&str]) {
 fn recipes_a_superuser_runs_run_nothing_another_role_planted() {
     let c = hostile_app("recipes-derived");
     let recipes = app_recipes();
-    let texts: Vec<&str> = recipes.iter().map(|(_, t)| t.as_str()).collect();
+    let alert = common::readme_recipe("future-ids-alert");
+    let texts: Vec<&str> = recipes
+        .iter()
+        .map(|(_, t)| t.as_str())
+        .chain([alert.as_str()])
+        .collect();
     plant_derived_traps(&c, &texts);
     assert_eq!(
         c.try_sql_in("app", "SET search_path = pg_catalog; SELECT (SELECT count(*) FROM pg_proc WHERE proowner = 'appowner'::regrole) > 300 AND (SELECT count(*) FROM pg_operator WHERE oprowner = 'appowner'::regrole) > 300").unwrap(),
@@ -756,6 +937,17 @@ fn recipes_a_superuser_runs_run_nothing_another_role_planted() {
     );
     for (name, recipe) in &recipes {
         if *name == "removal" {
+            // The future-IDs alert, as a monitoring host runs it (a superuser here), while the
+            // extension is there: issue 49's finding B planted postgres.snowflake_node() and
+            // operators for its arithmetic, with snowflake on the database's search_path.
+            let app = c.uri().replace("/postgres?", "/app?");
+            let out = common::run_recipes(&["future-ids-alert"], &[("DB", app)]);
+            assert_eq!(out, "f", "the alert's answer");
+            assert_eq!(
+                is_superuser(&c, "appowner"),
+                "f",
+                "the future-IDs alert ran the database owner's code as superuser"
+            );
             // Every snowflake default but the one the recipe names goes first (DDL only).
             c.try_sql_in(
                 "app",
@@ -775,6 +967,8 @@ fn recipes_a_superuser_runs_run_nothing_another_role_planted() {
             "adopt" => "SELECT pg_get_expr(adbin, adrelid) = 'snowflake.snowflake_nextval()' FROM pg_attrdef WHERE adrelid = 'public.orders'::regclass".to_string(),
             "partitions-cron" => "SELECT count(*) > 0 FROM pg_inherits WHERE inhparent = 'public.events'::regclass".to_string(),
             "raise-after-failover" => format!("SELECT snowflake.snowflake_nextval() > {}", out.lines().last().unwrap_or("NULL")),
+            // Status: they ran (no partition is off UTC midnight, no transaction holds an ID).
+            "partitions-off-utc" | "horizon-holders" => format!("SELECT {}", out.is_empty()),
             _ => "SELECT (SELECT count(*) FROM pg_extension WHERE extname = 'snowflake') = 0 AND (SELECT attidentity = 'd' FROM pg_attribute WHERE attrelid = 'public.orders'::regclass AND attname = 'id')".to_string(),
         };
         assert_eq!(
@@ -792,6 +986,8 @@ fn recipes_a_superuser_runs_run_nothing_another_role_planted() {
 #[test]
 fn the_derived_traps_catch_the_recipes_of_1_5_0() {
     let old = [
+        // 1.6.0's future-IDs alert: unqualified, on the database's search_path (finding B).
+        "SELECT extract(epoch FROM last_timestamp)::bigint - 1 > 60 FROM snowflake_node();",
         "SELECT snowflake_set_floor(max(id)) FROM orders;",
         "SET search_path = pg_catalog, pg_temp;\nSELECT setval(pg_get_serial_sequence('public.orders', 'id'), (SELECT max(id) FROM public.orders));",
     ];
@@ -801,7 +997,7 @@ fn the_derived_traps_catch_the_recipes_of_1_5_0() {
         recipes.push(sql.to_string());
         let texts: Vec<&str> = recipes.iter().map(String::as_str).collect();
         plant_derived_traps(&c, &texts);
-        c.try_sql_in("app", "SET search_path = pg_catalog; SELECT snowflake.snowflake_adopt('public.orders'::regclass)")
+        c.try_sql_in("app", "BEGIN ISOLATION LEVEL READ COMMITTED; SET search_path = pg_catalog; SELECT snowflake.snowflake_adopt('public.orders'::regclass); COMMIT")
             .unwrap();
         let _ = superuser_runs_in(&c, "app", sql, &[]);
         assert_eq!(is_superuser(&c, "appowner"), "t", "{sql}");
@@ -970,6 +1166,30 @@ fn reading_a_tables_largest_key_needs_read_committed() {
         }
         c.sql(&format!("BEGIN; {call}; ROLLBACK"));
     }
+    // A database whose default is SERIALIZABLE (its owner may set that: finding E): the HINT
+    // does not send the caller to "the default", and says what to run first.
+    c.sql("CREATE DATABASE ser");
+    c.sql("ALTER DATABASE ser SET default_transaction_isolation = 'serializable'");
+    c.try_sql_in("ser", "CREATE EXTENSION snowflake; CREATE TABLE s (id bigserial PRIMARY KEY); INSERT INTO s DEFAULT VALUES")
+        .unwrap();
+    let e = c
+        .try_sql_in("ser", "SELECT snowflake_adopt('public.s'::regclass)")
+        .expect_err("adopt ran in a serializable transaction");
+    assert_eq!(e.sqlstate, "25000", "{}", e.raw);
+    assert!(
+        e.hint
+            .contains("SET default_transaction_isolation = 'read committed'"),
+        "{}",
+        e.raw
+    );
+    // As the HINT says (each statement its own transaction, as psql runs a file).
+    superuser_runs_in(
+        &c,
+        "ser",
+        "SET default_transaction_isolation = 'read committed';\nSELECT snowflake_adopt('public.s'::regclass);",
+        &[],
+    )
+    .unwrap();
 }
 
 /// The owner of another database pulls every lever PostgreSQL gives her over her own database
@@ -1107,10 +1327,10 @@ fn tables(owner: &str) -> String {
 /// create. Traps are derived from the installed extension itself: for every name its SQL and
 /// PL/pgSQL bodies call, and every function it has, stand-ins of every arity called with
 /// integer, numeric, text (and more) arguments, in every schema the attacker may create in,
-/// plus the extension's own schema renamed and made again. Then a superuser runs every entry
-/// point, in a database whose `public` is open to everyone (eve plants, the README's quick start
-/// makes the extension there) and in one mallory owns (the extension `SCHEMA public`, as the
-/// Citus recipe makes it, then `public` renamed and remade). Nobody becomes superuser.
+/// plus `public` renamed and made again. Then a superuser runs every entry point, in a database
+/// whose `public` is open to everyone (eve plants, the README's quick start makes the extension
+/// there) and in one mallory owns (her `public` refused, the extension in a superuser's schema
+/// as docs/security.md makes it). Nobody becomes superuser.
 #[test]
 fn the_extensions_own_sql_calls_nothing_another_role_can_plant() {
     let mut c = Cluster::new("own-sql-traps", "snowflake.worker_id = 9");
@@ -1155,9 +1375,10 @@ fn the_extensions_own_sql_calls_nothing_another_role_can_plant() {
         );
     }
 
-    // A database mallory owns (and so its public on 15 and later): the extension made there
-    // `SCHEMA public`, then mallory renames public and makes another, with the extension's own
-    // signatures in it too.
+    // A database mallory owns (and so its public on 15 and later). The extension may not go into
+    // her public (1.7.0's first cut allowed it, and the Citus recipe put it there): it goes into a
+    // schema a superuser owns, as docs/security.md's recipe makes it. Then mallory plants in
+    // public and in her "$user", and renames public and makes another.
     c.sql("CREATE DATABASE mal OWNER mallory");
     c.try_sql_in("mal", "ALTER SCHEMA public OWNER TO mallory")
         .unwrap();
@@ -1168,11 +1389,14 @@ fn the_extensions_own_sql_calls_nothing_another_role_can_plant() {
         "mal",
         &common::recipe_traps(&[&calls], "postgres", "mallory"),
     );
-    c.try_sql_in(
-        "mal",
-        "SET search_path = pg_catalog, pg_temp; CREATE EXTENSION snowflake SCHEMA public",
-    )
-    .unwrap();
+    let e = c
+        .try_sql_in(
+            "mal",
+            "SET search_path = pg_catalog, pg_temp; CREATE EXTENSION snowflake SCHEMA public",
+        )
+        .expect_err("the extension went into mallory's public");
+    assert_eq!(e.sqlstate, "42501", "{}", e.raw);
+    superuser_runs_in(&c, "mal", &common::readme_recipe("extension-schema"), &[]).unwrap();
     plant_as(
         &c,
         "mallory",
@@ -1191,7 +1415,7 @@ fn the_extensions_own_sql_calls_nothing_another_role_can_plant() {
     plant_as(&c, "tom", "mal", &tables("tom"));
     c.try_sql_in("mal", &tables("postgres")).unwrap();
     for owner in ["postgres", "tom"] {
-        let out = superuser_runs_in(&c, "mal", &entry_points("public_old", owner), &[])
+        let out = superuser_runs_in(&c, "mal", &entry_points("snowflake", owner), &[])
             .unwrap_or_else(|e| panic!("the entry points failed:\n{e}"));
         assert_eq!(
             is_superuser(&c, "mallory"),
@@ -1203,4 +1427,299 @@ fn the_extensions_own_sql_calls_nothing_another_role_can_plant() {
             ["1", "1", "5", "5", "2", "1", "3"]
         );
     }
+}
+
+/// Issue 49, finding A: in a database a superuser owns whose `public` everyone may create in
+/// (15 with `GRANT CREATE ON SCHEMA public TO PUBLIC`), eve plants, before the extension is
+/// there, stand-ins for every function of the extension that a loosely typed call would prefer
+/// (`snowflake_drop_partitions(text, timestamptz)` won over `'events'` in 1.6.0's recipes), and
+/// for every name and operator the recipes' text uses. The README's quick start makes the
+/// extension there, and every recipe a superuser runs in such a database runs as written: each
+/// does its work, and eve's code never runs. Then she adds stand-ins that make calls ambiguous
+/// (one more argument with a default, fewer arguments): a call then fails with 42725, and still
+/// runs nothing of hers.
+#[test]
+fn recipes_as_written_run_nothing_eve_planted_where_public_is_open() {
+    let mut c = Cluster::new("recipes-open-public", "snowflake.worker_id = 9");
+    c.start();
+    c.sql("CREATE ROLE eve LOGIN");
+    // The extension's functions, from an installation elsewhere.
+    c.sql("CREATE EXTENSION snowflake");
+    let fns = extension_functions(&c, "postgres");
+    let recipes: Vec<(&str, String)> = OPEN_RECIPES
+        .iter()
+        .map(|n| (*n, common::readme_recipe(n)))
+        .collect();
+    let alert = common::readme_recipe("future-ids-alert");
+    let texts: Vec<&str> = recipes
+        .iter()
+        .map(|(_, t)| t.as_str())
+        .chain([alert.as_str()])
+        .collect();
+    c.sql("CREATE DATABASE open");
+    c.try_sql_in("open", "GRANT CREATE ON SCHEMA public TO PUBLIC")
+        .unwrap();
+    plant_as(
+        &c,
+        "eve",
+        "open",
+        &overload_traps(&fns, "public", "eve", Traps::Loose),
+    );
+    assert_eq!(
+        c.try_sql_in("open", "SELECT count(*) >= 30 AND to_regprocedure('public.snowflake_drop_partitions(text, timestamptz)') IS NOT NULL FROM pg_proc WHERE proowner = 'eve'::regrole AND proname LIKE 'snowflake%'")
+            .unwrap(),
+        "t",
+        "the stand-ins were not planted"
+    );
+    let open = c.uri().replace("/postgres?", "/open?");
+    for (name, recipe) in &recipes {
+        let out = superuser_runs_in(&c, "open", recipe, &[])
+            .unwrap_or_else(|e| panic!("recipe {name} failed:\n{e}"));
+        if *name == "quick-start" {
+            // Once the extension is there (some of these have its signatures, and made first
+            // would make CREATE EXTENSION fail: security.md's "squatting"): stand-ins for every
+            // name and operator the recipes use.
+            plant_as(
+                &c,
+                "eve",
+                "open",
+                &common::recipe_traps(&texts, "public", "eve").replace(
+                    "CREATE FUNCTION public.escalate_eve",
+                    "CREATE OR REPLACE FUNCTION public.escalate_eve",
+                ),
+            );
+        }
+        assert_eq!(
+            is_superuser(&c, "eve"),
+            "f",
+            "recipe {name} ran eve's code as superuser:\n{out}"
+        );
+        match *name {
+            "quick-start" => assert_eq!(out.lines().count(), 3, "{out}"),
+            "partitions" => assert_eq!(
+                out.lines().filter(|l| l.starts_with("events_")).count(),
+                10,
+                "{out}"
+            ),
+            "short-forms" => assert_eq!(
+                out.lines().collect::<Vec<_>>(),
+                [
+                    "15G63YLn9Ae|0S8NYH5E27400",
+                    "910499571847892992|910499571847892992|910499571847892992"
+                ]
+            ),
+            _ => {}
+        }
+    }
+    assert_eq!(
+        common::run_recipes(&["future-ids-alert"], &[("DB", open.clone())]),
+        "f"
+    );
+    assert_eq!(is_superuser(&c, "eve"), "f", "the alert ran eve's code");
+
+    // snowflake_adopt() resolves no name: eve's snowflake_nextval(integer DEFAULT 0) makes the
+    // name ambiguous, and adopt writes the default all the same (finding D; 1.7.0's first cut
+    // failed with 42725), on the table and on each of its partitions.
+    plant_as(
+        &c,
+        "eve",
+        "open",
+        "CREATE FUNCTION public.snowflake_nextval(integer DEFAULT 0) RETURNS bigint LANGUAGE sql AS 'SELECT public.escalate_eve(); SELECT 0::bigint'",
+    );
+    c.try_sql_in(
+        "open",
+        "CREATE TABLE public.legacy (id bigserial PRIMARY KEY, note text);
+         INSERT INTO public.legacy (note) VALUES ('old');
+         CREATE TABLE public.plegacy (id bigint NOT NULL DEFAULT 0, note text) PARTITION BY RANGE (id);
+         CREATE TABLE public.plegacy_1 PARTITION OF public.plegacy FOR VALUES FROM (MINVALUE) TO (MAXVALUE);",
+    )
+    .unwrap();
+    let e = c
+        .try_sql_in(
+            "open",
+            "CREATE TABLE public.t (id bigint DEFAULT snowflake_nextval())",
+        )
+        .expect_err("the name is ambiguous");
+    assert_eq!(e.sqlstate, "42725", "{}", e.raw);
+    for t in ["public.legacy", "public.plegacy"] {
+        c.try_sql_in(
+            "open",
+            &format!("SET search_path = pg_catalog, pg_temp; SELECT public.snowflake_adopt('{t}'::regclass, 'id'::name)"),
+        )
+        .unwrap_or_else(|e| panic!("adopt {t}: {}", e.raw));
+    }
+    // Each default calls the extension's function, by OID, and works.
+    assert_eq!(
+        c.try_sql_in(
+            "open",
+            "SET search_path = pg_catalog; \
+             SELECT string_agg(ad.adrelid::regclass::text || ':' || (d.refobjid = 'public.snowflake_nextval()'::regprocedure)::text, ',' ORDER BY 1) \
+               FROM pg_attrdef ad JOIN pg_depend d ON d.classid = 'pg_attrdef'::regclass AND d.objid = ad.oid AND d.refclassid = 'pg_proc'::regclass \
+              WHERE ad.adrelid IN ('public.legacy'::regclass, 'public.plegacy'::regclass, 'public.plegacy_1'::regclass)"
+        )
+        .unwrap(),
+        "public.legacy:true,public.plegacy:true,public.plegacy_1:true"
+    );
+    let ids = c
+        .try_sql_in(
+            "open",
+            "INSERT INTO public.legacy (note) VALUES ('new'); INSERT INTO public.plegacy_1 (note) VALUES ('new');
+             SELECT count(*) FROM public.legacy WHERE id > 1 AND note = 'new'",
+        )
+        .unwrap();
+    assert_eq!(ids, "1");
+    assert_eq!(is_superuser(&c, "eve"), "f", "adopt ran eve's code");
+
+    // Stand-ins that make a call ambiguous: the recipes that call the extension fail with 42725
+    // (security.md: what a schema open to others still allows), and nothing of eve's runs.
+    plant_as(
+        &c,
+        "eve",
+        "open",
+        &overload_traps(&fns, "public", "eve", Traps::Ambiguous),
+    );
+    for (name, recipe) in recipes
+        .iter()
+        .filter(|(n, _)| ["short-forms", "partitions-off-utc", "horizon-holders"].contains(n))
+    {
+        let e = superuser_runs_in(&c, "open", recipe, &[])
+            .expect_err("a call that two functions match ran");
+        assert!(e.contains("42725"), "recipe {name}: {e}");
+        assert_eq!(is_superuser(&c, "eve"), "f", "recipe {name}");
+    }
+    let e = std::panic::catch_unwind(|| {
+        common::run_recipes(&["future-ids-alert"], &[("DB", open.clone())])
+    });
+    assert!(e.is_err(), "the alert found one snowflake_node()");
+    assert_eq!(is_superuser(&c, "eve"), "f", "the alert ran eve's code");
+
+    assert_eq!(is_superuser(&c, "eve"), "f");
+}
+
+/// The stderr of `sql` run by a superuser in `db` (its WARNINGs), and whether it succeeded.
+fn superuser_warnings(c: &Cluster, db: &str, sql: &str) -> (bool, String) {
+    let out = c.psql_cmd(db).arg("-c").arg(sql).output().unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stderr).to_string(),
+    )
+}
+
+/// Issue 49, finding C: `CREATE EXTENSION` refuses a schema whose owner is not a superuser (the
+/// database owner's `public` on 15 and later, her `"$user"`, a `snowflake` she made first); the
+/// recipe of docs/security.md stops at a schema she made first and works in one a superuser made;
+/// a superuser's `public` open to everyone is accepted with a WARNING; an update in a schema she
+/// owns warns. (1.7.0's first cut made the extension in her schema, which she renamed and remade
+/// with her own `snowflake_adopt(regclass)`, or dropped with the extension.)
+#[test]
+fn the_extension_goes_only_into_a_schema_a_superuser_owns() {
+    let mut c = Cluster::new("extension-schema", "snowflake.worker_id = 9");
+    c.start();
+    c.sql("CREATE ROLE mallory LOGIN");
+    c.sql("CREATE DATABASE mal OWNER mallory");
+    // The README's bare CREATE EXTENSION: public is pg_database_owner's, that is mallory's.
+    let e = c
+        .try_sql_in("mal", "CREATE EXTENSION snowflake")
+        .expect_err("created in mallory's public");
+    assert_eq!(e.sqlstate, "42501", "{}", e.raw);
+    assert!(
+        e.message.contains("schema public") && e.message.contains("role mallory"),
+        "{}",
+        e.raw
+    );
+    assert!(e.detail.contains("pg_database_owner"), "{}", e.raw);
+    assert!(
+        e.hint
+            .contains("CREATE EXTENSION snowflake SCHEMA snowflake"),
+        "{}",
+        e.raw
+    );
+    // Her "$user" schema, first on the search_path.
+    plant_as(&c, "mallory", "mal", "CREATE SCHEMA postgres");
+    let e = c
+        .try_sql_in("mal", "CREATE EXTENSION snowflake")
+        .expect_err("created in mallory's \"$user\"");
+    assert_eq!(e.sqlstate, "42501", "{}", e.raw);
+    assert!(e.message.contains("schema postgres"), "{}", e.raw);
+    // She made schema snowflake first: the recipe stops at CREATE SCHEMA...
+    plant_as(
+        &c,
+        "mallory",
+        "mal",
+        "CREATE SCHEMA snowflake; GRANT USAGE ON SCHEMA snowflake TO PUBLIC",
+    );
+    let recipe = common::readme_recipe("extension-schema");
+    let e = superuser_runs_in(&c, "mal", &recipe, &[]).expect_err("the recipe went on");
+    assert!(e.contains("42P06"), "{e}");
+    // ...and run on without ON_ERROR_STOP, CREATE EXTENSION refuses her schema.
+    let path = c.dir.join("no-stop.sql");
+    std::fs::write(&path, recipe.replace("\\set ON_ERROR_STOP on", "")).unwrap();
+    let out = c
+        .psql_cmd("mal")
+        .args(["-v", "ON_ERROR_STOP=0", "-f"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("42501") && err.contains("schema snowflake"),
+        "{err}"
+    );
+    assert_eq!(
+        c.try_sql_in(
+            "mal",
+            "SELECT count(*) FROM pg_extension WHERE extname = 'snowflake'"
+        )
+        .unwrap(),
+        "0"
+    );
+    // A superuser drops hers: the recipe works, and the schema is out of her reach (she can
+    // neither rename nor drop it, nor create in it).
+    c.try_sql_in("mal", "DROP SCHEMA snowflake CASCADE")
+        .unwrap();
+    superuser_runs_in(&c, "mal", &recipe, &[]).unwrap();
+    assert_eq!(
+        c.try_sql_in("mal", "SELECT pg_get_userbyid(n.nspowner) FROM pg_extension e JOIN pg_namespace n ON n.oid = e.extnamespace WHERE e.extname = 'snowflake'")
+            .unwrap(),
+        "postgres"
+    );
+    for sql in [
+        "ALTER SCHEMA snowflake RENAME TO s2",
+        "DROP SCHEMA snowflake CASCADE",
+        "CREATE FUNCTION snowflake.snowflake_adopt(text) RETURNS bigint LANGUAGE sql AS 'SELECT 0::bigint'",
+    ] {
+        let out = c.psql_cmd_as("mallory", "mal").arg("-c").arg(sql).output().unwrap();
+        assert!(!out.status.success(), "mallory: {sql}");
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("42501"),
+            "{sql}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    // A superuser's public that everyone may create in: accepted, with a WARNING.
+    c.sql("CREATE DATABASE open");
+    c.try_sql_in("open", "GRANT CREATE ON SCHEMA public TO PUBLIC")
+        .unwrap();
+    let (ok, err) = superuser_warnings(&c, "open", "CREATE EXTENSION snowflake");
+    assert!(ok, "{err}");
+    assert!(
+        err.contains("WARNING") && err.contains("open to CREATE"),
+        "{err}"
+    );
+    // Not where only superusers may create.
+    c.sql("CREATE DATABASE closed");
+    let (ok, err) = superuser_warnings(&c, "closed", "CREATE EXTENSION snowflake");
+    assert!(ok && !err.contains("WARNING"), "{err}");
+
+    // 1.6.0 made in her public, then updated: a WARNING (refusing would keep 1.6.0's SQL).
+    c.sql("CREATE DATABASE mal2 OWNER mallory");
+    c.try_sql_in("mal2", "CREATE EXTENSION snowflake VERSION '1.6.0'")
+        .unwrap();
+    let (ok, err) = superuser_warnings(&c, "mal2", "ALTER EXTENSION snowflake UPDATE");
+    assert!(ok, "{err}");
+    assert!(
+        err.contains("WARNING") && err.contains("which role mallory owns"),
+        "{err}"
+    );
 }
