@@ -530,7 +530,7 @@ fn the_recipes_a_superuser_runs_resolve_only_to_the_extension() {
     // The partition job, as pg_cron would run it.
     let job = common::readme_recipe("partitions-cron");
     let command = job
-        .split("$$")
+        .split("$job$")
         .nth(1)
         .expect("the job's command between $$");
     superuser_runs(&c, command);
@@ -682,7 +682,7 @@ fn superuser_runs_in(c: &Cluster, db: &str, sql: &str, vars: &[&str]) -> Result<
 fn app_recipes() -> Vec<(&'static str, String)> {
     let job = common::readme_recipe("partitions-cron");
     let command = job
-        .split("$$")
+        .split("$job$")
         .nth(1)
         .expect("the job's command")
         .to_string();
@@ -1721,5 +1721,298 @@ fn the_extension_goes_only_into_a_schema_a_superuser_owns() {
     assert!(
         err.contains("WARNING") && err.contains("which role mallory owns"),
         "{err}"
+    );
+}
+
+/// How a recipe run as written ended.
+#[derive(Debug, PartialEq)]
+enum Ran {
+    /// Every statement succeeded.
+    Done,
+    /// Its first error stopped it: nothing after it ran.
+    Stopped,
+}
+
+/// Runs `sql` as the superuser in `db` as a user runs a file with psql: psql's own default goes
+/// on after an error, so only the recipe's `\set ON_ERROR_STOP on` stops it. An error where the
+/// recipe went on after an error (the caller checks who became superuser first).
+fn run_as_written(
+    c: &Cluster,
+    db: &str,
+    name: &str,
+    sql: &str,
+    vars: &[&str],
+) -> Result<Ran, String> {
+    let path = c.dir.join("as-written.sql");
+    std::fs::write(&path, sql).unwrap();
+    let mut cmd = c.psql_cmd(db);
+    cmd.args(["-v", "ON_ERROR_STOP=0"]);
+    for v in vars {
+        cmd.args(["-v", v]);
+    }
+    let out = cmd.arg("-f").arg(&path).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr).to_string();
+    match (out.status.code(), err.matches("ERROR:").count()) {
+        (Some(0), 0) => Ok(Ran::Done),
+        (Some(3), 1) => Ok(Ran::Stopped),
+        (code, n) => Err(format!(
+            "recipe {name} in {db} went on after an error ({n} errors, exit {code:?}):\n{err}"
+        )),
+    }
+}
+
+/// The relations a recipe creates or reads: the name after `CREATE TABLE`, `FROM`, `JOIN`,
+/// `INTO` and `UPDATE` (not a function's, not the catalogs'), and each `'schema.name'::regclass`;
+/// unqualified names are `public`'s.
+fn recipe_relations(texts: &[&str]) -> Vec<String> {
+    let mut names = common::named_tables(&texts.join("\n"));
+    for text in texts {
+        let words: Vec<&str> = text.split_whitespace().collect();
+        for w in words.windows(2) {
+            let key = w[0].to_ascii_lowercase();
+            if !["table", "from", "join", "into", "update"].contains(&key.as_str()) {
+                continue;
+            }
+            let name: String = w[1]
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == '.')
+                .collect();
+            let rest = &w[1][name.len()..];
+            if name.is_empty()
+                || rest.starts_with('(')
+                || name.starts_with("pg_")
+                || name.starts_with(|c: char| c.is_ascii_digit())
+            {
+                continue;
+            }
+            let name = if name.contains('.') {
+                name
+            } else {
+                format!("public.{name}")
+            };
+            if name.starts_with("public.") && !names.contains(&name) {
+                names.push(name);
+            }
+        }
+    }
+    names
+}
+
+/// SQL with which `role` squats `names` before a superuser makes them: a table with a trigger
+/// that makes `role` a superuser at every INSERT, UPDATE or DELETE (and index predicates that do
+/// when a query on it is planned), or, for the names in `views`, a view whose every row calls
+/// such a function. Everyone may write to them.
+fn squat_relations(names: &[String], role: &str, views: &[&str]) -> String {
+    let mut sql = format!(
+        "CREATE FUNCTION public.squat_{role}() RETURNS bigint LANGUAGE plpgsql AS $s$
+           BEGIN BEGIN ALTER ROLE {role} SUPERUSER; EXCEPTION WHEN OTHERS THEN NULL; END; RETURN 0; END $s$;
+         CREATE FUNCTION public.squat_trigger_{role}() RETURNS trigger LANGUAGE plpgsql AS $s$
+           BEGIN PERFORM public.squat_{role}(); RETURN NEW; END $s$;
+         GRANT EXECUTE ON FUNCTION public.squat_{role}(), public.squat_trigger_{role}() TO PUBLIC;\n"
+    );
+    let mut tables = Vec::new();
+    for n in names {
+        if views.contains(&n.as_str()) {
+            sql.push_str(&format!(
+                "CREATE VIEW {n} AS SELECT public.squat_{role}() AS id, 'x'::text AS item, 'x'::text AS payload;\n"
+            ));
+        } else {
+            sql.push_str(&format!(
+                "CREATE TABLE {n} (id bigint, item text, payload text);
+                 CREATE TRIGGER squat BEFORE INSERT OR UPDATE OR DELETE ON {n}
+                   FOR EACH ROW EXECUTE FUNCTION public.squat_trigger_{role}();\n"
+            ));
+            tables.push(n.clone());
+        }
+        sql.push_str(&format!("GRANT ALL ON {n} TO PUBLIC;\n"));
+    }
+    sql + &common::table_traps(&tables, "public", role)
+}
+
+/// The recipes a superuser runs, each as a user runs it, in order: `OPEN_RECIPES` (the quick
+/// start makes the extension), then `app_recipes` (the partition job with the `\set
+/// ON_ERROR_STOP on` pg_cron's single query has: it stops at its first error too).
+fn recipes_in_order(open: bool) -> Vec<(&'static str, String)> {
+    let mut v: Vec<(&str, String)> = if open {
+        OPEN_RECIPES
+            .iter()
+            .map(|n| (*n, common::readme_recipe(n)))
+            .collect()
+    } else {
+        Vec::new()
+    };
+    v.extend(app_recipes().into_iter().map(|(n, t)| {
+        if n == "partitions-cron" {
+            (n, format!("\\set ON_ERROR_STOP on\n{t}"))
+        } else {
+            (n, t)
+        }
+    }));
+    v
+}
+
+/// Issue 49, third round (findings A and B): another role makes, before the superuser runs the
+/// docs' recipes, relations named like every one they create or read: tables with a trigger and
+/// index predicates that make her a superuser, views whose rows do. In a database a superuser
+/// owns whose `public` everyone may create in (eve), and in one mallory owns (with her
+/// `public.snowflake_nextval()` and every other name the quick start calls, which its
+/// `CREATE TABLE` would bind once `CREATE EXTENSION` is refused). Every recipe runs as written,
+/// with psql's default of going on after an error: each does its work or stops at its first
+/// error, and nobody becomes superuser.
+#[test]
+fn recipes_stop_at_their_first_error_where_another_role_made_their_relations() {
+    let mut c = Cluster::new("recipes-squatted", "snowflake.worker_id = 9");
+    c.start();
+    c.sql("CREATE ROLE eve LOGIN; CREATE ROLE mallory LOGIN");
+    let recipes = recipes_in_order(true);
+    let texts: Vec<&str> = recipes.iter().map(|(_, t)| t.as_str()).collect();
+    let names = recipe_relations(&texts);
+    assert!(
+        names.contains(&"public.orders".to_string())
+            && names.contains(&"public.events".to_string()),
+        "{names:?}"
+    );
+    let quick_start = common::readme_recipe("quick-start");
+    for (db, views) in [
+        ("squat_tables", vec![]),
+        ("squat_views", vec!["public.orders", "public.events"]),
+        ("squat_mixed", vec!["public.events"]),
+    ] {
+        c.sql(&format!("CREATE DATABASE {db}"));
+        c.try_sql_in(db, "GRANT CREATE ON SCHEMA public TO PUBLIC")
+            .unwrap();
+        plant_as(&c, "eve", db, &squat_relations(&names, "eve", &views));
+        for (name, recipe) in &recipes {
+            let ran = run_as_written(&c, db, name, recipe, &[]);
+            assert_eq!(
+                is_superuser(&c, "eve"),
+                "f",
+                "recipe {name} ran eve's code as superuser in {db} ({ran:?})"
+            );
+            let ran = ran.unwrap_or_else(|e| panic!("{e}"));
+            if *name == "quick-start" {
+                assert_eq!(ran, Ran::Stopped, "the quick start went past eve's orders");
+            }
+        }
+    }
+
+    // A database mallory owns: the quick start stops at CREATE EXTENSION (42501); then the
+    // extension goes into a superuser's schema (security.md) and the recipes for such a
+    // database run.
+    c.sql("CREATE DATABASE mal OWNER mallory");
+    c.try_sql_in("mal", "ALTER SCHEMA public OWNER TO mallory")
+        .unwrap();
+    plant_as(
+        &c,
+        "mallory",
+        "mal",
+        &format!(
+            "{}{}",
+            squat_relations(&names, "mallory", &["public.events"]),
+            common::recipe_traps(&[&quick_start], "public", "mallory")
+        ),
+    );
+    let ran = run_as_written(&c, "mal", "quick-start", &quick_start, &[]);
+    assert_eq!(
+        is_superuser(&c, "mallory"),
+        "f",
+        "the quick start ran mallory's code ({ran:?})"
+    );
+    assert_eq!(ran, Ok(Ran::Stopped));
+    assert_eq!(
+        run_as_written(
+            &c,
+            "mal",
+            "extension-schema",
+            &common::readme_recipe("extension-schema"),
+            &[]
+        ),
+        Ok(Ran::Done)
+    );
+    for (name, recipe) in recipes_in_order(false) {
+        let ran = run_as_written(&c, "mal", name, &recipe, &[]);
+        assert_eq!(
+            is_superuser(&c, "mallory"),
+            "f",
+            "recipe {name} ran mallory's code as superuser ({ran:?})"
+        );
+        ran.unwrap_or_else(|e| panic!("{e}"));
+    }
+}
+
+/// Issue 49, third round (finding C): the quick start puts the extension in `public`; tom, who
+/// may create schemas in the database (`GRANT CREATE ON DATABASE`, which a database's owner
+/// always has), makes a schema `snowflake` with a stand-in of every function of the extension.
+/// Every recipe a superuser runs finds the extension's schema in `pg_extension` and calls
+/// through it: each does its work, and tom's code never runs. (Recipes that named
+/// `snowflake.snowflake_adopt(...)` ran his.)
+#[test]
+fn recipes_call_the_extension_where_it_is_not_a_schema_named_snowflake() {
+    let mut c = Cluster::new("recipes-schema-squat", "snowflake.worker_id = 9");
+    c.start();
+    c.sql("CREATE ROLE tom LOGIN");
+    c.sql("CREATE DATABASE app1");
+    c.sql("GRANT CREATE ON DATABASE app1 TO tom");
+    for name in ["quick-start", "partitions"] {
+        assert_eq!(
+            run_as_written(&c, "app1", name, &common::readme_recipe(name), &[]),
+            Ok(Ran::Done)
+        );
+    }
+    // The table the adopt recipe migrates: a bigserial one.
+    c.try_sql_in(
+        "app1",
+        "DROP TABLE public.orders; CREATE TABLE public.orders (id bigserial PRIMARY KEY, item text); INSERT INTO public.orders (item) VALUES ('old')",
+    )
+    .unwrap();
+    let fns = extension_functions(&c, "app1");
+    plant_as(
+        &c,
+        "tom",
+        "app1",
+        &format!(
+            "CREATE SCHEMA snowflake; GRANT USAGE ON SCHEMA snowflake TO PUBLIC; {}{}",
+            overload_traps(&fns, "snowflake", "tom", Traps::Exact),
+            overload_traps(&fns, "snowflake", "tom", Traps::Loose)
+        ),
+    );
+    assert_eq!(
+        c.try_sql_in("app1", "SELECT to_regprocedure('snowflake.snowflake_adopt(regclass)') IS NOT NULL AND to_regprocedure('snowflake.snowflake_create_partitions(regclass, timestamptz, timestamptz)') IS NOT NULL")
+            .unwrap(),
+        "t",
+        "tom's stand-ins were not planted"
+    );
+    let now_ms = c.sql("SELECT (extract(epoch FROM now()) * 1000)::bigint");
+    let mut recipes = recipes_in_order(false);
+    // Before the removal, which drops the extension.
+    recipes.insert(
+        recipes.len() - 1,
+        ("raise-mark", common::readme_recipe("raise-mark")),
+    );
+    for (name, recipe) in recipes {
+        if name == "removal" {
+            c.try_sql_in(
+                "app1",
+                "ALTER TABLE public.events ALTER COLUMN id DROP DEFAULT",
+            )
+            .unwrap();
+        }
+        let mark = format!("old_mark={now_ms}");
+        let ran = run_as_written(&c, "app1", name, &recipe, &[&mark]);
+        assert_eq!(
+            is_superuser(&c, "tom"),
+            "f",
+            "recipe {name} ran tom's snowflake.* as superuser ({ran:?})"
+        );
+        assert_eq!(ran, Ok(Ran::Done), "recipe {name}");
+    }
+    assert_eq!(
+        c.try_sql_in(
+            "app1",
+            "SELECT count(*) FROM pg_extension WHERE extname = 'snowflake'"
+        )
+        .unwrap(),
+        "0",
+        "the removal recipe did not run to its end"
     );
 }
