@@ -260,6 +260,9 @@ DECLARE
     suffix text;
     keep int;
     part_name text;
+    name_suffix text;
+    n int;
+    first_taken text;
     taken regclass;
     existing text[];
     made regclass[] := '{}';
@@ -293,29 +296,41 @@ BEGIN
                 CASE WHEN step < interval '1 day' THEN 'YYYYMMDD_HH24MI' ELSE 'YYYYMMDD' END);
             -- A name longer than max_identifier_length (63 bytes) would be cut at the end, and
             -- neighbouring steps would get one name: the parent's part is shortened instead (by
-            -- whole characters), so the date always stays.
-            keep := length(base_name);
-            WHILE octet_length(left(base_name, keep) || suffix)
-                  > current_setting('max_identifier_length')::int LOOP
-                keep := keep - 1;
+            -- whole characters), so the date always stays. A name another relation has (made by
+            -- another role where it may create, or a twin parent's shortened name) gets _1, _2...
+            -- with a WARNING: failing would make nothing until inserts fail with 23514.
+            n := 0;
+            LOOP
+                name_suffix := suffix || CASE WHEN n = 0 THEN '' ELSE '_' || n END;
+                keep := length(base_name);
+                WHILE octet_length(left(base_name, keep) || name_suffix)
+                      > current_setting('max_identifier_length')::int LOOP
+                    keep := keep - 1;
+                END LOOP;
+                part_name := left(base_name, keep) || name_suffix;
+                taken := to_regclass(format('%I.%I', schema_name, part_name));
+                IF taken IS NOT NULL AND NOT EXISTS (SELECT FROM pg_class c WHERE c.oid = taken) THEN
+                    -- Made by a transaction that committed after this one's snapshot was taken
+                    -- (REPEATABLE READ or SERIALIZABLE): this one cannot see what it made.
+                    RAISE EXCEPTION USING ERRCODE = 'serialization_failure',
+                        MESSAGE = format('could not create partition %I.%I of %s because of a concurrent snowflake_create_partitions', schema_name, part_name, parent),
+                        DETAIL = 'Another transaction created it after this transaction''s snapshot was taken.',
+                        HINT = 'Retry the transaction.';
+                END IF;
+                EXIT WHEN taken IS NULL;
+                IF n = 0 THEN
+                    first_taken := format('%I.%I', schema_name, part_name);
+                END IF;
+                n := n + 1;
             END LOOP;
-            part_name := left(base_name, keep) || suffix;
-            taken := to_regclass(format('%I.%I', schema_name, part_name));
-            IF taken IS NOT NULL AND NOT EXISTS (SELECT FROM pg_class c WHERE c.oid = taken) THEN
-                -- Made by a transaction that committed after this one's snapshot was taken
-                -- (REPEATABLE READ or SERIALIZABLE): this one cannot see what it made.
-                RAISE EXCEPTION USING ERRCODE = 'serialization_failure',
-                    MESSAGE = format('could not create partition %I.%I of %s because of a concurrent snowflake_create_partitions', schema_name, part_name, parent),
-                    DETAIL = 'Another transaction created it after this transaction''s snapshot was taken.',
-                    HINT = 'Retry the transaction.';
-            END IF;
-            IF taken IS NOT NULL THEN
-                RAISE EXCEPTION USING ERRCODE = 'duplicate_table',
-                    MESSAGE = format('cannot create partition %I.%I of %s: the name is taken', schema_name, part_name, parent),
-                    DETAIL = format('The partition of %s to %s (UTC) is named after its parent%s, and another table already has that name.',
+            IF n > 0 THEN
+                RAISE WARNING USING
+                    MESSAGE = format('partition of %s named %I.%I: %s is taken by a relation that is not its partition', parent, schema_name, part_name, first_taken),
+                    DETAIL = format('The partition of %s to %s (UTC) is named after its parent%s; another relation already has that name, perhaps made by another role that may create in schema %I.',
                                     lower_ts AT TIME ZONE 'UTC', upper_ts AT TIME ZONE 'UTC',
-                                    CASE WHEN keep < length(base_name) THEN ' (shortened to fit max_identifier_length)' ELSE '' END),
-                    HINT = 'Rename the other table, or give the parent a shorter name; nothing was created.';
+                                    CASE WHEN keep < length(base_name) THEN ' (shortened to fit max_identifier_length)' ELSE '' END,
+                                    schema_name),
+                    HINT = 'Keep partitioned tables in a schema only trusted roles can create in, or rename the other relation.';
             END IF;
             -- An overlap with a partition of other bounds is PostgreSQL's own error, and rolls
             -- back every partition this call made.

@@ -2016,3 +2016,48 @@ fn recipes_call_the_extension_where_it_is_not_a_schema_named_snowflake() {
         "the removal recipe did not run to its end"
     );
 }
+
+/// Issue 49, third round (finding D1): eve makes, in a `public` open to everyone, a table named
+/// like the partition a superuser's daily call makes five days ahead. The call makes every
+/// partition all the same (that one named with `_1`, with a WARNING), rows of that day find it,
+/// and eve's table is neither touched nor run. (1.7.0's first cut failed with 42P07 and made
+/// nothing, day after day, until inserts failed with 23514.)
+#[test]
+fn a_table_named_like_a_partition_stops_no_partition() {
+    let mut c = Cluster::new("partition-name-squat", "snowflake.worker_id = 9");
+    c.start();
+    c.sql("CREATE ROLE eve LOGIN");
+    c.sql("CREATE DATABASE open");
+    c.try_sql_in("open", "GRANT CREATE ON SCHEMA public TO PUBLIC; CREATE EXTENSION snowflake; CREATE TABLE public.tevents (id bigint PRIMARY KEY, payload text) PARTITION BY RANGE (id)")
+        .unwrap();
+    let day = c.sql("SELECT to_char((now() + interval '5 days') AT TIME ZONE 'UTC', 'YYYYMMDD')");
+    plant_as(
+        &c,
+        "eve",
+        "open",
+        &squat_relations(&[format!("public.tevents_{day}")], "eve", &[]),
+    );
+    let (ok, err) = superuser_warnings(
+        &c,
+        "open",
+        "SET search_path = pg_catalog, pg_temp; SELECT count(*) FROM public.snowflake_create_partitions('public.tevents'::regclass, now(), now() + interval '7 days')",
+    );
+    assert!(ok, "{err}");
+    assert!(
+        err.contains(&format!("public.tevents_{day}_1"))
+            && err.contains("is taken by a relation that is not its partition"),
+        "{err}"
+    );
+    assert_eq!(
+        c.try_sql_in("open", &format!(
+            "SET search_path = pg_catalog; \
+             SELECT count(*) FROM public.snowflake_partitions('public.tevents'::regclass); \
+             INSERT INTO public.tevents VALUES (public.snowflake_min_id(now() + interval '5 days'), 'x'); \
+             SELECT tableoid::regclass FROM public.tevents; \
+             SELECT count(*) FROM pg_inherits WHERE inhrelid = 'public.tevents_{day}'::regclass"
+        ))
+        .unwrap(),
+        format!("7\npublic.tevents_{day}_1\n0")
+    );
+    assert_eq!(is_superuser(&c, "eve"), "f");
+}
