@@ -107,8 +107,10 @@ fn set_up(coordinator: &Cluster, workers: &[&Cluster]) {
     }
 }
 
-/// What the tests' sessions in the Citus database search: the extension is in `snowflake`.
-const SEARCH_PATH: &str = "ALTER DATABASE postgres SET search_path = \"$user\", public, snowflake";
+/// What the tests' sessions in the Citus database search: the extension is in `snowflake`. Set
+/// on each node by itself (Citus refuses a propagated ALTER DATABASE on a worker).
+const SEARCH_PATH: &str = "SET citus.enable_ddl_propagation = off; \
+    ALTER DATABASE postgres SET search_path = \"$user\", public, snowflake";
 
 /// The recipe that adds `new` to the cluster of `coordinator`.
 fn add_node(coordinator: &Cluster, new: &Cluster) {
