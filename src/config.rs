@@ -706,56 +706,66 @@ unsafe extern "C-unwind" fn check_epoch_hook(
     _source: pg_sys::GucSource::Type,
 ) -> bool {
     // SAFETY: PostgreSQL passes a valid pointer to the candidate value (NULL for no value).
-    let value = unsafe { *newval };
-    if value.is_null() {
+    let Some(text) = (unsafe { candidate(newval) }) else {
         return true;
-    }
-    let text = unsafe { CStr::from_ptr(value) }.to_string_lossy();
+    };
     let now = SystemClock.now_unix_ms();
     match parse_epoch(&text).and_then(|ms| epoch_problem(ms, now)) {
         Ok(()) => true,
-        Err(why) => {
-            let detail = CString::new(why.replace('\0', "")).unwrap_or_default();
-            let hint = CString::new(EPOCH_HINT).expect("no NUL");
-            // SAFETY: what the GUC_check_errdetail and GUC_check_errhint macros do: strings
-            // palloc'd in the current context, which PostgreSQL reads right after the hook.
-            unsafe {
-                pg_sys::GUC_check_errcode(PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE as i32);
-                pg_sys::GUC_check_errdetail_string = pg_sys::pstrdup(detail.as_ptr());
-                pg_sys::GUC_check_errhint_string = pg_sys::pstrdup(hint.as_ptr());
-            }
-            false
+        Err(why) => refuse_in_check_hook(&why, Some(EPOCH_HINT)),
+    }
+}
+
+/// The value a check hook is given, if any.
+///
+/// # Safety
+/// `newval` must be the pointer PostgreSQL passes to a string setting's check hook.
+unsafe fn candidate(newval: *mut *mut std::ffi::c_char) -> Option<String> {
+    let value = unsafe { *newval };
+    (!value.is_null()).then(|| {
+        unsafe { CStr::from_ptr(value) }
+            .to_string_lossy()
+            .into_owned()
+    })
+}
+
+/// A check hook's refusal: 22023 with this DETAIL and HINT, as the GUC_check_errdetail and
+/// GUC_check_errhint macros give them (strings palloc'd in the current context, which PostgreSQL
+/// reads right after the hook). Returns false, the hook's answer.
+fn refuse_in_check_hook(detail: &str, hint: Option<&str>) -> bool {
+    let detail = CString::new(detail.replace('\0', "")).unwrap_or_default();
+    // SAFETY: called from a check hook, in the memory context PostgreSQL set for it.
+    unsafe {
+        pg_sys::GUC_check_errcode(PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE as i32);
+        pg_sys::GUC_check_errdetail_string = pg_sys::pstrdup(detail.as_ptr());
+        if let Some(hint) = hint {
+            let hint = CString::new(hint.replace('\0', "")).unwrap_or_default();
+            pg_sys::GUC_check_errhint_string = pg_sys::pstrdup(hint.as_ptr());
         }
     }
+    false
 }
 
 /// `snowflake.pair_source` is checked when it is set (ALTER SYSTEM, a reload), as PostgreSQL's
 /// own enum settings are: a value the next start would refuse is refused now.
+#[pg_guard]
 unsafe extern "C-unwind" fn check_pair_source_hook(
     newval: *mut *mut std::ffi::c_char,
     _extra: *mut *mut std::ffi::c_void,
     _source: pg_sys::GucSource::Type,
 ) -> bool {
     // SAFETY: PostgreSQL passes a valid pointer to the candidate value (NULL for no value).
-    let value = unsafe { *newval };
-    if value.is_null() {
+    let Some(text) = (unsafe { candidate(newval) }) else {
         return true;
-    }
-    let text = unsafe { CStr::from_ptr(value) }.to_string_lossy();
+    };
     if PairSource::parse(&text).is_some() {
         return true;
     }
-    let detail = CString::new(format!(
+    let detail = format!(
         "\"snowflake.pair_source\" takes {}.",
         PairSource::NAMES.join(", ")
-    ))
-    .unwrap_or_default();
-    // SAFETY: as in check_epoch_hook.
-    unsafe {
-        pg_sys::GUC_check_errcode(PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE as i32);
-        pg_sys::GUC_check_errdetail_string = pg_sys::pstrdup(detail.as_ptr());
-    }
-    false
+    );
+    refuse_in_check_hook(&detail, None)
 }
 
 const EPOCH_HINT: &str =

@@ -1360,20 +1360,7 @@ fn the_extensions_own_sql_calls_nothing_another_role_can_plant() {
         "open",
         &common::recipe_traps(&[&calls, &quick_start], "public", "eve"),
     );
-    for owner in ["postgres", "tom"] {
-        let out = superuser_runs_in(&c, "open", &entry_points("public", owner), &[])
-            .unwrap_or_else(|e| panic!("the entry points failed:\n{e}"));
-        assert_eq!(
-            is_superuser(&c, "eve"),
-            "f",
-            "the extension's SQL ran eve's code as superuser ({owner}'s tables):\n{out}"
-        );
-        // adopt, set_floor_from, 5 made, 5 listed, 2 dropped, unadopt, 3 left.
-        assert_eq!(
-            out.lines().collect::<Vec<_>>(),
-            ["1", "1", "5", "5", "2", "1", "3"]
-        );
-    }
+    entry_points_run_nothing_planted(&c, "open", "public", "eve");
 
     // A database mallory owns (and so its public on 15 and later). The extension may not go into
     // her public (1.7.0's first cut allowed it, and the Citus recipe put it there): it goes into a
@@ -1414,14 +1401,21 @@ fn the_extensions_own_sql_calls_nothing_another_role_can_plant() {
     );
     plant_as(&c, "tom", "mal", &tables("tom"));
     c.try_sql_in("mal", &tables("postgres")).unwrap();
+    entry_points_run_nothing_planted(&c, "mal", "snowflake", "mallory");
+}
+
+/// A superuser runs every entry point on his own tables and on tom's, in database `db` with the
+/// extension in `schema`: each does its work, and `attacker` is still no superuser.
+fn entry_points_run_nothing_planted(c: &Cluster, db: &str, schema: &str, attacker: &str) {
     for owner in ["postgres", "tom"] {
-        let out = superuser_runs_in(&c, "mal", &entry_points("snowflake", owner), &[])
+        let out = superuser_runs_in(c, db, &entry_points(schema, owner), &[])
             .unwrap_or_else(|e| panic!("the entry points failed:\n{e}"));
         assert_eq!(
-            is_superuser(&c, "mallory"),
+            is_superuser(c, attacker),
             "f",
-            "the extension's SQL ran mallory's code as superuser ({owner}'s tables):\n{out}"
+            "the extension's SQL ran {attacker}'s code as superuser ({owner}'s tables):\n{out}"
         );
+        // adopt, set_floor_from, 5 made, 5 listed, 2 dropped, unadopt, 3 left.
         assert_eq!(
             out.lines().collect::<Vec<_>>(),
             ["1", "1", "5", "5", "2", "1", "3"]
