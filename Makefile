@@ -1,8 +1,8 @@
 # snowflake: the two commands are `make demo` and `make test`.
 #
 # Every target takes the PostgreSQL major as a parameter: `make install PG_MAJOR=18`. Without it,
-# `make test` runs the whole suite on every major below; the other targets use the crate's default
-# major (Cargo.toml's default feature).
+# `make test` runs on every major below (the SQL suite chosen per major, SUITE_NN), and the other
+# targets use the crate's default major (Cargo.toml's default feature).
 MAJORS   := 15 16 17 18 19
 given = $(filter command line environment,$(origin $(1)))
 # Given only PG_CONFIG, the major is that server's: `make install PG_CONFIG=/usr/lib/postgresql/16/bin/pg_config`.

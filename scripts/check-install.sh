@@ -11,7 +11,7 @@
 #   3. the extension built and installed into that 19 (`make install`);
 #   4. Citus 14.0.1 into that 16 (`make citus`).
 # Each step must leave what it promises (a pg_config with server headers, cargo-pgrx's version,
-# snowflake.so, citus.so); its time is printed. About 9 minutes on two cores. Nothing outside
+# snowflake.so, citus.so); its time is printed. About 15 to 20 minutes on two cores (18 here, 2026-11-27). Nothing outside
 # the directory changes but Debian packages a step needs; the directory is removed at the end
 # (SNOWFLAKE_KEEP_INSTALL=1 keeps it).
 set -euo pipefail
