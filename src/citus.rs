@@ -471,8 +471,7 @@ pub extern "C-unwind" fn snowflake_citus_worker_main(_arg: pg_sys::Datum) {
     let database = config::citus_database().expect("registered only when it is set");
     crate::session::connect(&database);
     let reset = crate::session::forget_database_settings();
-    // SAFETY: a plain check of the current user, inside no transaction.
-    if !unsafe { pg_sys::superuser() } {
+    if !crate::session::acts_as_superuser() {
         error!("snowflake citus worker does not run as a superuser in database \"{database}\"; it refuses to continue");
     }
     if !reset.is_empty() {

@@ -618,8 +618,7 @@ pub extern "C-unwind" fn snowflake_lease_worker_main(_arg: pg_sys::Datum) {
     handle_signals();
     connect(&config::database());
     let reset = forget_database_settings();
-    // SAFETY: a plain check of the current user, inside no transaction (it needs no catalog).
-    if !unsafe { pg_sys::superuser() } {
+    if !crate::session::acts_as_superuser() {
         error!(
             "snowflake lease worker does not run as a superuser in database \"{}\"; it refuses to continue",
             config::database()

@@ -153,6 +153,15 @@ pub(crate) fn forget_database_settings() -> Vec<String> {
     reset
 }
 
+/// Whether the worker acts as a superuser, asked inside a transaction: `superuser()` answers
+/// from a one-entry cache that any change to a role (another session's `ALTER ROLE`) empties,
+/// and then looks the role up in the catalog, which outside a transaction has no resource owner
+/// to pin the cache entry to (a segmentation fault seen on 19beta1).
+pub(crate) fn acts_as_superuser() -> bool {
+    // SAFETY: a check of the current user, inside a transaction.
+    BackgroundWorker::transaction(|| unsafe { pg_sys::superuser() })
+}
+
 /// Connects to `database` as the bootstrap superuser. `ALTER DATABASE ... ALLOW_CONNECTIONS
 /// false`, which its owner may run, does not keep the worker out.
 pub(crate) fn connect(database: &str) {

@@ -429,6 +429,56 @@ fn the_lease_worker_comes_back_however_it_is_stopped() {
     c.stop("fast");
 }
 
+#[test]
+fn the_lease_worker_starts_while_other_sessions_change_roles() {
+    // Any ALTER ROLE empties the cache that answers superuser(); the worker's check of its own
+    // role then reads the catalog, which it may only do inside a transaction (outside one: a
+    // segmentation fault, and the postmaster restarts every process; seen at the second start).
+    let mut c = Cluster::new("worker-roles", "snowflake.worker_id = 9");
+    c.start();
+    c.sql("CREATE ROLE r1; CREATE ROLE r2");
+    let mut changers: Vec<_> = ["r1", "r2"]
+        .iter()
+        .map(|role| {
+            let script: String = (0..400_000)
+                .map(|i| format!("ALTER ROLE {role} CONNECTION LIMIT {i};\n"))
+                .collect();
+            let path = c.dir.join(format!("changes-{role}.sql"));
+            std::fs::write(&path, script).unwrap();
+            c.psql_cmd("postgres")
+                .args(["-v", "ON_ERROR_STOP=0", "-f"])
+                .arg(&path)
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for start in 0..12 {
+        let before = worker_pid(&c).unwrap_or_else(|| "0".into());
+        let since = c.sql("SELECT now()");
+        c.sql(&format!("SELECT pg_terminate_backend({before})"));
+        // Back (its claim refreshed after the check), or crashed: the log says so.
+        let back = common::eventually(30, || {
+            c.log().contains("terminated by signal")
+                || c.try_sql(&format!(
+                    "SELECT (SELECT pid FROM pg_stat_activity WHERE backend_type = 'snowflake lease') <> {before} \
+                        AND EXISTS (SELECT FROM _snowflake.claims WHERE last_seen > '{since}')"
+                )).as_deref() == Ok("t")
+        });
+        assert!(
+            back && !c.log().contains("terminated by signal"),
+            "start {start}: the lease worker crashed or did not come back:\n{}",
+            c.log()
+        );
+    }
+    for mut p in changers.drain(..) {
+        let _ = p.kill();
+        let _ = p.wait();
+    }
+    c.stop("fast");
+}
+
 /// The database owner's stand-ins for what a superuser runs in their database: overloads of the
 /// helpers that an untyped literal would prefer (text over regclass) in `public`, which the
 /// owner controls, a schema named after the superuser (`"$user"` comes first on a search_path),

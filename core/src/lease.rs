@@ -24,7 +24,9 @@ pub fn lease_length_ms(max_drift_ms: u64) -> u64 {
 ///
 /// Nothing is written unless IDs want it: not at start-up, and not while the server is idle (no
 /// WAL traffic when nothing is issued); the first ID after start-up or a pause waits for one
-/// renewal.
+/// renewal. Nor while the clock is further behind `last_ms` than `max_drift_ms`: no ID can be
+/// issued then (`State::next` refuses), and the write would record the mark under the
+/// configured epoch, hiding an epoch moved later behind a plain "clock is behind".
 pub fn renewal(
     now_ms: i64,
     last_ms: u64,
@@ -35,7 +37,8 @@ pub fn renewal(
     let length = lease_length_ms(max_drift_ms);
     let base = (now_ms.max(0) as u64).max(last_ms);
     let running_low = lease_ms < base + length / 2;
-    if wanted && running_low {
+    let issuable = last_ms as i128 - now_ms as i128 <= max_drift_ms as i128;
+    if wanted && running_low && issuable {
         Some((base + length).max(lease_ms))
     } else {
         None
@@ -238,6 +241,14 @@ mod tests {
     }
 
     #[test]
+    fn no_lease_while_the_clock_is_further_behind_than_the_drift_allows() {
+        // An epoch moved later by about four years: nothing can be issued, nothing is written.
+        assert_eq!(renewal(1000, 131_235_426_000, 0, true, 10_000), None);
+        assert_eq!(renewal(1000, 11_001, 0, true, 10_000), None);
+        assert_eq!(renewal(1000, 11_000, 0, true, 10_000), Some(12_000));
+    }
+
+    #[test]
     fn renews_only_when_running_low_and_used() {
         assert_eq!(renewal(1000, 1000, 1900, true, 10_000), None, "plenty left");
         assert_eq!(renewal(1000, 1000, 1400, true, 10_000), Some(2000));
@@ -301,7 +312,11 @@ mod tests {
                     prop_assert!(new >= base + lease_length_ms(drift));
                     prop_assert!(new - base <= drift / 2 || new == lease);
                 }
-                None => prop_assert!(!wanted || lease >= base + lease_length_ms(drift) / 2),
+                None => prop_assert!(
+                    !wanted
+                        || lease >= base + lease_length_ms(drift) / 2
+                        || last as i64 - now > drift as i64
+                ),
             }
         }
     }

@@ -934,7 +934,7 @@ mod tests {
         w.paths_read(0, &[]);
         let handover = assemble(50_000, node(2), 7);
         let plan = w.renew_read(
-            EPOCH + 20_000,
+            EPOCH + 45_000,
             Some(handover),
             EPOCH + 30_000,
             Some(EPOCH),
