@@ -27,7 +27,7 @@
 //! from one server to another continues above every ID the previous holder issued, however far
 //! ahead of the new holder's clock those ran.
 
-use crate::layout::{assemble, decompose, Node, MAX_SEQUENCE};
+use crate::layout::{assemble, decompose, Node, MAX_SEQUENCE, MAX_TIMESTAMP};
 
 /// How often a running server refreshes its claim.
 pub const REFRESH_MS: u64 = 5_000;
@@ -177,18 +177,25 @@ pub fn handover_floor(
 
 /// The pairs a server has left, as its claim carries them (`previous`), after a refresh that
 /// finds its row (`old`) on another pair than `now`: that pair joins them with the last ID the
-/// row says the server may have issued there (one entry per pair, the highest). A server that
-/// moves keeps its floor on the pair it left, for whoever takes it next.
-pub fn left_pairs_after(previous: &[i64], old: Option<&Claim>, now: Node) -> Vec<i64> {
+/// server may have issued there (one entry per pair, the highest). A server that moves keeps its
+/// floor on the pair it left, for whoever takes it next.
+///
+/// That last ID is the row's lease, or `floor_ms` (the worker's floor at its start: the mark's)
+/// if higher: a restore of an older dump of `_snowflake` lowers the row and the mark together,
+/// the worker writes its mark back at once but the row only at the next renewal, and IDs issued
+/// between lie above the lowered row.
+pub fn left_pairs_after(
+    previous: &[i64],
+    old: Option<&Claim>,
+    now: Node,
+    floor_ms: u64,
+) -> Vec<i64> {
     let mut left = previous.to_vec();
-    let moved = old
-        .filter(|c| (c.datacenter, c.worker) != (now.datacenter(), now.worker()) && c.lease_id > 0);
+    let moved = old.filter(|c| (c.datacenter, c.worker) != (now.datacenter(), now.worker()));
     if let Some(c) = moved {
-        if let (Ok(parts), Ok(node)) = (
-            decompose(c.lease_id),
-            Node::new(c.datacenter.into(), c.worker.into()),
-        ) {
-            let id = assemble(parts.ms, node, MAX_SEQUENCE);
+        let ms = decompose(c.lease_id).map_or(0, |p| p.ms).max(floor_ms);
+        if let (true, Ok(node)) = (ms > 0, Node::new(c.datacenter.into(), c.worker.into())) {
+            let id = assemble(ms.min(MAX_TIMESTAMP), node, MAX_SEQUENCE);
             let same_pair = |&x: &i64| {
                 decompose(x).is_ok_and(|p| (p.datacenter, p.worker) == (c.datacenter, c.worker))
             };
@@ -810,14 +817,14 @@ mod tests {
             lease_id: last(9_000, 5),
             ..claim(7, 1, 5, 1)
         };
-        let left = left_pairs_after(&[], Some(&on5), node(6));
+        let left = left_pairs_after(&[], Some(&on5), node(6), 0);
         assert_eq!(left, vec![last(9_000, 5)]);
         // On to (1, 7): both kept.
         let on6 = Claim {
             lease_id: last(9_500, 6),
             ..claim(7, 1, 6, 2)
         };
-        let left = left_pairs_after(&left, Some(&on6), node(7));
+        let left = left_pairs_after(&left, Some(&on6), node(7), 0);
         assert_eq!(left, vec![last(9_000, 5), last(9_500, 6)]);
         // Back on (1, 5) and away again: one entry for it, the highest, on its own pair's bits
         // (the row's lease_id may carry the pair before, GREATEST across a move).
@@ -825,13 +832,22 @@ mod tests {
             lease_id: last(12_000, 6),
             ..claim(7, 1, 5, 3)
         };
-        let left = left_pairs_after(&left, Some(&on5_again), node(6));
+        let left = left_pairs_after(&left, Some(&on5_again), node(6), 0);
         assert_eq!(left, vec![last(9_500, 6), last(12_000, 5)]);
         // A refresh on the same pair adds nothing, nor does a move before any lease.
-        assert_eq!(left_pairs_after(&left, Some(&on6), node(6)), left);
-        assert_eq!(left_pairs_after(&[], Some(&on5), node(5)), vec![]);
+        assert_eq!(left_pairs_after(&left, Some(&on6), node(6), 0), left);
+        assert_eq!(left_pairs_after(&[], Some(&on5), node(5), 0), vec![]);
         let unleased = Claim { lease_id: 0, ..on5 };
-        assert_eq!(left_pairs_after(&[], Some(&unleased), node(6)), vec![]);
+        assert_eq!(left_pairs_after(&[], Some(&unleased), node(6), 0), vec![]);
+        // A row lowered by a restore (the mark written back already): the floor counts.
+        assert_eq!(
+            left_pairs_after(&[], Some(&on5), node(6), 9_700),
+            vec![last(9_700, 5)]
+        );
+        assert_eq!(
+            left_pairs_after(&[], Some(&unleased), node(6), 9_700),
+            vec![last(9_700, 5)]
+        );
         // Two lists merged: one entry per pair, the highest.
         assert_eq!(
             merge_left_pairs(&[last(9_000, 5)], &[last(12_000, 5), last(100, 6)]),

@@ -233,6 +233,8 @@ pub struct Worker {
     copies: CopyWatch,
     /// The pairs this server left, as this worker last wrote them into its claim.
     left_pairs: Vec<i64>,
+    /// The floor at start (the mark's and the claim's): at least the last ID on a pair left.
+    start_floor_ms: u64,
     /// When this server's claim was last written (a refresh or a lease), by this worker.
     claim_written_at: Option<u64>,
     /// A lease committed while the claim was silent, granted once a refresh finds no conflict.
@@ -284,7 +286,13 @@ impl Worker {
             copies: CopyWatch::default(),
             // A move to another pair at this start is known from now on, whatever happens to the
             // row before the first refresh writes it (a restore).
-            left_pairs: left_pairs_after(&read.left_pairs, read.own_claim.as_ref(), node),
+            left_pairs: left_pairs_after(
+                &read.left_pairs,
+                read.own_claim.as_ref(),
+                node,
+                floor.max(claimed_ms),
+            ),
+            start_floor_ms: floor.max(claimed_ms),
             claim_written_at: None,
             held: None,
         };
@@ -432,7 +440,7 @@ impl Worker {
         state: &State,
     ) -> (i64, Vec<i64>) {
         let known = merge_left_pairs(own_left_pairs, &self.left_pairs);
-        self.left_pairs = left_pairs_after(&known, own, node);
+        self.left_pairs = left_pairs_after(&known, own, node, self.start_floor_ms);
         (claim_lease_id(node, state), self.left_pairs.clone())
     }
 
