@@ -265,6 +265,8 @@ impl NodeAnswers {
                     errors: None,
                     table_state: 'r',
                     end_lsn: (n.answers > 0).then_some(n.answers as i64),
+                    // Asked directly: any answer since the worker started is fresh.
+                    publisher_end: Some(1),
                     relays: false,
                 }
             })

@@ -346,6 +346,11 @@ pub struct PathReading {
     /// (`pg_stat_subscription.latest_end_lsn`), if any: a keepalive comes after everything the
     /// publisher had to send up to that point.
     pub end_lsn: Option<i64>,
+    /// The publisher's end of WAL as this server's lease worker asked the publisher itself
+    /// (`IDENTIFY_SYSTEM` over the subscription's connection) while its start's gate waits:
+    /// everything committed there before is at or below it. `None` where it was not asked or did
+    /// not answer (a publisher down or unreachable).
+    pub publisher_end: Option<i64>,
     /// Whether it takes changes whatever server they came from (`origin = any`, PostgreSQL 16 and
     /// later; always so before 16): claims its publisher received from a third server would
     /// arrive relayed, proven only as far as that publisher.
@@ -370,55 +375,114 @@ pub const CATCH_UP_LIMIT_MS: u64 = MIN_EXPIRY_MS;
 /// server back after its claim was retired sees the claim of whoever took its pair meanwhile
 /// before it issues (its own table holds what arrived before it stopped).
 ///
-/// A path has caught up once a reading shows it applying with a publisher's end of WAL other than
-/// the one its first reading showed (a path disabled, or with its copy of the claims not ready,
-/// at the first reading is not waited for: it cannot catch up soon, and while it does not apply
-/// no claim expires anyway): the publisher reported that end (a keepalive) after the
-/// worker started, and sent everything before it first. A live publisher writes its claim every
-/// `REFRESH_MS`, so its end moves and a keepalive follows within about that. A server without
-/// paths has caught up at once. Once every path has, it stays so: this is about the start.
+/// The proof: the publisher's end of WAL, asked of the publisher after the worker started
+/// (`PathReading::publisher_end`, the first answer is the target), and then a keepalive whose
+/// end (`end_lsn`, as far as the publisher has sent) is at or past it while the path applies: a
+/// keepalive comes after everything sent before it, and the apply worker applies in order. A
+/// keepalive alone proves nothing: on 15 the first one after a restart reports where the slot
+/// starts, however much the publisher has written since.
+///
+/// A path that moves towards its target is waited for as long as it moves (a backlog of bulk
+/// writes in the publisher's database). The gate ends without proof (`stalled`) once no path it
+/// waits for has moved for `CATCH_UP_LIMIT_MS`: a publisher that cannot be asked or sends
+/// nothing (down, unreachable), an apply worker that does not apply. A path disabled, or with
+/// its copy of the claims not ready, at the first reading is not waited for (it cannot catch
+/// up soon; `unproven` names it). A server without paths has caught up at once. Once every
+/// path has, it stays so: this is about the start.
 #[derive(Clone, Debug, Default)]
 pub struct CatchUp {
-    /// Each path's end of WAL at its first reading, and whether it has caught up.
-    first: Vec<(String, Option<i64>, bool)>,
+    paths: Vec<Gate>,
     done: bool,
 }
 
+#[derive(Clone, Debug)]
+struct Gate {
+    subscription: String,
+    /// The publisher's end of WAL, as first asked.
+    target: Option<i64>,
+    /// The furthest end a keepalive reported.
+    end: Option<i64>,
+    /// When it last moved: a target learned, or a further end (monotonic ms).
+    moved_at: u64,
+    caught_up: bool,
+    /// Disabled, or its copy not ready, at the first reading: not waited for.
+    unproven: bool,
+}
+
 impl CatchUp {
-    /// Takes a reading of the paths; returns whether every one has caught up.
-    pub fn observe(&mut self, readings: &[PathReading]) -> bool {
+    /// Takes a reading of the paths at monotonic `now_ms`; returns whether every one has caught
+    /// up (or is not waited for).
+    pub fn observe(&mut self, now_ms: u64, readings: &[PathReading]) -> bool {
         if self.done {
             return true;
         }
         let mut all = true;
         for r in readings {
-            let pos = self.first.iter().position(|f| f.0 == r.subscription);
-            let applying = r.enabled && r.apply_pid.is_some() && copied(r.table_state);
-            // A path disabled, or whose copy of the claims is not ready, at the first reading
-            // cannot catch up soon: it is the path watch's business (no claim expires while it
-            // does not apply), not a reason to hold the start.
-            let hopeless = !r.enabled || !copied(r.table_state);
-            let i = pos.unwrap_or_else(|| {
-                self.first
-                    .push((r.subscription.clone(), r.end_lsn, hopeless));
-                self.first.len() - 1
-            });
-            let entry = &mut self.first[i];
-            if applying && pos.is_some() && r.end_lsn.is_some() && r.end_lsn != entry.1 {
-                entry.2 = true;
+            let i = match self
+                .paths
+                .iter()
+                .position(|g| g.subscription == r.subscription)
+            {
+                Some(i) => i,
+                None => {
+                    self.paths.push(Gate {
+                        subscription: r.subscription.clone(),
+                        target: None,
+                        end: None,
+                        moved_at: now_ms,
+                        caught_up: false,
+                        unproven: !r.enabled || !copied(r.table_state),
+                    });
+                    self.paths.len() - 1
+                }
+            };
+            let g = &mut self.paths[i];
+            if g.target.is_none() && r.publisher_end.is_some() {
+                g.target = r.publisher_end;
+                g.moved_at = now_ms;
             }
-            all &= entry.2;
+            // Towards a target only: a keepalive's end moves with any publisher's writes, and
+            // without a target nothing says the path is on its way to anything.
+            if r.end_lsn.is_some() && r.end_lsn > g.end {
+                g.end = r.end_lsn;
+                if g.target.is_some() {
+                    g.moved_at = now_ms;
+                }
+            }
+            let applying = r.enabled && r.apply_pid.is_some() && copied(r.table_state);
+            if applying && g.target.is_some_and(|t| r.end_lsn.is_some_and(|e| e >= t)) {
+                g.caught_up = true;
+            }
+            all &= g.caught_up || g.unproven;
         }
         self.done = all;
         all
     }
 
-    /// The paths that have not caught up yet, for messages.
-    pub fn waiting(&self) -> Vec<&str> {
-        self.first
+    /// Whether no path the gate waits for has moved for `CATCH_UP_LIMIT_MS` by `now_ms`: the
+    /// gate ends without proof.
+    pub fn stalled(&self, now_ms: u64) -> bool {
+        self.paths
             .iter()
-            .filter(|f| !f.2)
-            .map(|f| f.0.as_str())
+            .filter(|g| !g.caught_up && !g.unproven)
+            .all(|g| now_ms.saturating_sub(g.moved_at) >= CATCH_UP_LIMIT_MS)
+    }
+
+    /// The paths waited for that have not caught up yet, for messages.
+    pub fn waiting(&self) -> Vec<&str> {
+        self.paths
+            .iter()
+            .filter(|g| !g.caught_up && !g.unproven)
+            .map(|g| g.subscription.as_str())
+            .collect()
+    }
+
+    /// The paths not waited for (disabled, or their copy not ready, at the first reading).
+    pub fn unproven(&self) -> Vec<&str> {
+        self.paths
+            .iter()
+            .filter(|g| !g.caught_up && g.unproven)
+            .map(|g| g.subscription.as_str())
             .collect()
     }
 }
@@ -967,6 +1031,7 @@ mod tests {
             errors,
             table_state: 'r',
             end_lsn: Some(100),
+            publisher_end: None,
             relays: false,
         }
     }
@@ -1000,49 +1065,59 @@ mod tests {
     }
 
     #[test]
-    fn a_path_catches_up_once_its_publisher_reports_a_new_end() {
-        assert!(CatchUp::default().observe(&[]), "no paths: at once");
+    fn a_path_catches_up_once_a_keepalive_reaches_the_end_its_publisher_gave() {
+        assert!(CatchUp::default().observe(0, &[]), "no paths: at once");
         let mut c = CatchUp::default();
-        let at = |end: Option<i64>, pid: Option<i32>| PathReading {
+        let at = |end: Option<i64>, asked: Option<i64>, pid: Option<i32>| PathReading {
             end_lsn: end,
+            publisher_end: asked,
             ..reading(pid, Some(10), Some(0))
         };
-        // The first reading is the baseline, whatever it says.
-        assert!(!c.observe(&[at(Some(100), Some(7))]));
-        // No apply worker yet, or the same end: not yet.
-        assert!(!c.observe(&[at(Some(100), Some(7))]));
-        assert!(!c.observe(&[at(Some(200), None)]));
+        // A keepalive without the publisher's answer proves nothing, however it moves (on 15
+        // the first one after a restart is where the slot starts).
+        assert!(!c.observe(0, &[at(None, None, Some(7))]));
+        assert!(!c.observe(1, &[at(Some(100), None, Some(7))]));
+        assert!(!c.observe(2, &[at(Some(200), None, Some(7))]));
+        assert!(!c.stalled(CATCH_UP_LIMIT_MS - 1));
+        assert!(c.stalled(CATCH_UP_LIMIT_MS), "no target: not on its way");
+        // The publisher answers 500: below it, or without an apply worker, not yet.
+        assert!(!c.observe(3, &[at(Some(200), Some(500), Some(7))]));
+        assert!(
+            !c.stalled(CATCH_UP_LIMIT_MS),
+            "learning the target is a move"
+        );
+        assert!(!c.observe(4, &[at(Some(499), Some(600), Some(7))]));
+        assert!(!c.observe(5, &[at(Some(500), Some(600), None)]));
         assert_eq!(c.waiting(), vec!["claims_from_b"]);
         // Disabled for a while: not caught up meanwhile.
         let off = PathReading {
             enabled: false,
-            ..at(Some(300), Some(7))
+            ..at(Some(500), Some(600), Some(7))
         };
-        assert!(!c.observe(std::slice::from_ref(&off)));
-        assert!(c.observe(&[at(Some(300), Some(7))]));
-        // A path disabled (or not copied) at the first reading holds no start back.
-        assert!(CatchUp::default().observe(&[off]));
+        assert!(!c.observe(6, std::slice::from_ref(&off)));
+        // The first answer is the target; a later one changes nothing.
+        assert!(c.observe(7, &[at(Some(500), Some(600), Some(7))]));
+        // A path disabled (or not copied) at the first reading holds no start back, named.
+        let mut d = CatchUp::default();
+        assert!(d.observe(0, &[off]));
+        assert_eq!(d.unproven(), vec!["claims_from_b"]);
         // Sticky: a path that breaks later is the fleet check's business, not the start's.
-        assert!(c.observe(&[at(None, None)]));
-        // A baseline of no keepalive yet: the first one reported counts.
-        let mut c = CatchUp::default();
-        assert!(!c.observe(&[at(None, Some(7))]));
-        assert!(c.observe(&[at(Some(50), Some(7))]));
+        assert!(c.observe(8, &[at(None, None, None)]));
         // A server stopped right after the claims were copied starts in 's' (the copy done,
         // the apply worker not yet past it), its publisher down: it waits like any other path.
-        let synced = |end: Option<i64>, pid: Option<i32>| PathReading {
+        let synced = |end: Option<i64>, asked: Option<i64>, pid: Option<i32>| PathReading {
             table_state: 's',
-            ..at(end, pid)
+            ..at(end, asked, pid)
         };
         let mut c = CatchUp::default();
-        assert!(!c.observe(&[synced(None, Some(7))]));
-        assert!(!c.observe(&[synced(None, None)]));
-        assert!(c.observe(&[synced(Some(60), Some(8))]));
+        assert!(!c.observe(0, &[synced(None, None, Some(7))]));
+        assert!(!c.observe(1, &[synced(None, None, None)]));
+        assert!(c.observe(2, &[synced(Some(60), Some(60), Some(8))]));
         // And the fleet check takes it for a copied table.
         let mut w = PathWatch::default();
-        w.observe(0, vec![synced(Some(1), Some(7))]);
+        w.observe(0, vec![synced(Some(1), None, Some(7))]);
         assert_eq!(
-            w.observe(REFRESH_MS, vec![synced(Some(2), Some(7))]),
+            w.observe(REFRESH_MS, vec![synced(Some(2), None, Some(7))]),
             vec![]
         );
     }

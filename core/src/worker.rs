@@ -16,8 +16,9 @@
 //!    ([`crate::lease::restored_floor`]) and the last lease recorded in this server's own claim,
 //!    whichever is higher (a restore may have lowered the mark, not the claim).
 //! 2. **No lease at a server's start before the claims are fresh** ([`crate::fleet::CatchUp`]): a
-//!    start with no lease yet is *gated* until every claims path has caught up, or
-//!    `CATCH_UP_LIMIT_MS` passed; the refresh right after reads the claims before any lease.
+//!    start with no lease yet is *gated* until every claims path has caught up (applied as far
+//!    as its publisher's end of WAL, asked after the start), or no path waited for moved towards
+//!    it for `CATCH_UP_LIMIT_MS`; the refresh right after reads the claims before any lease.
 //! 3. **Every look at the mark follows a value someone else wrote**
 //!    ([`crate::lease::outside_mark`]), in the transaction that read it, and writes back one that
 //!    was lowered, in that same transaction.
@@ -44,7 +45,7 @@
 
 use crate::fleet::{
     conflict, handover_floor, left_pairs_after, merge_left_pairs, CatchUp, Claim, CopyWatch,
-    LeftPair, Liveness, PathEvent, PathReading, PathWatch, CATCH_UP_LIMIT_MS, REFRESH_MS,
+    LeftPair, Liveness, PathEvent, PathReading, PathWatch, REFRESH_MS,
 };
 use crate::generator::State;
 use crate::layout::{assemble, decompose, Node, MAX_SEQUENCE, MAX_TIMESTAMP};
@@ -111,14 +112,17 @@ enum Phase {
     Nap,
 }
 
-/// How the gate at start ended (`paths_read`).
+/// What the gate at start has to say (`paths_read`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum GateEnd {
-    /// Every path caught up: the refresh that follows reads fresh claims.
-    CaughtUp,
-    /// These paths did not catch up within `CATCH_UP_LIMIT_MS`: IDs are issued without that
-    /// proof (to be said as a WARNING).
-    TimedOut { waiting: Vec<String> },
+    /// Every path waited for caught up: the refresh that follows reads fresh claims. `unproven`
+    /// names the paths not waited for (disabled, or their copy not ready, at the start): to be
+    /// said as a WARNING when there are any.
+    CaughtUp { unproven: Vec<String> },
+    /// No path waited for (`waiting`) has moved towards its publisher's end for
+    /// `CATCH_UP_LIMIT_MS`: the gate stays closed (no ID without the proof), and this is said
+    /// once, until one moves again.
+    Stalled { waiting: Vec<String> },
 }
 
 /// What a look at the mark found (`mark_read`).
@@ -223,6 +227,8 @@ pub struct Worker {
     gated: bool,
     gate_looked: Option<u64>,
     catch_up: CatchUp,
+    /// Whether the gate's stall was said (`GateEnd::Stalled`) since a path last moved.
+    stall_said: bool,
     claimed_at: Option<u64>,
     looked: Option<(i64, u64)>,
     issued_at_renewal: u64,
@@ -276,6 +282,7 @@ impl Worker {
             gated: state.lease() == Some(0),
             gate_looked: None,
             catch_up: CatchUp::default(),
+            stall_said: false,
             claimed_at: None,
             looked: None,
             issued_at_renewal: 0,
@@ -373,24 +380,22 @@ impl Worker {
         if !self.gated {
             return None;
         }
-        if self.catch_up.observe(readings) {
+        let names = |v: Vec<&str>| v.into_iter().map(String::from).collect::<Vec<_>>();
+        if self.catch_up.observe(now_ms, readings) {
             // The claims are fresh now: the refresh next reads them before any lease.
             if !readings.is_empty() {
                 self.claimed_at = None;
             }
             self.gated = false;
-            Some(GateEnd::CaughtUp)
-        } else if now_ms >= CATCH_UP_LIMIT_MS {
-            self.gated = false;
-            Some(GateEnd::TimedOut {
-                waiting: self
-                    .catch_up
-                    .waiting()
-                    .into_iter()
-                    .map(String::from)
-                    .collect(),
+            Some(GateEnd::CaughtUp {
+                unproven: names(self.catch_up.unproven()),
+            })
+        } else if self.catch_up.stalled(now_ms) {
+            (!std::mem::replace(&mut self.stall_said, true)).then(|| GateEnd::Stalled {
+                waiting: names(self.catch_up.waiting()),
             })
         } else {
+            self.stall_said = false;
             None
         }
     }
@@ -666,6 +671,7 @@ pub fn claim_lease_id(node: Node, state: &State) -> i64 {
 mod tests {
     use super::*;
     use crate::fleet::PathReading;
+    use crate::fleet::CATCH_UP_LIMIT_MS;
     use crate::generator::Step;
 
     const EPOCH: i64 = 1_288_834_974_657;
@@ -705,6 +711,7 @@ mod tests {
             errors: Some(0),
             table_state: 'r',
             end_lsn: Some(end),
+            publisher_end: Some(6),
             relays: false,
         }
     }
@@ -911,7 +918,10 @@ mod tests {
         assert_eq!(w.paths_read(0, &[path(5)]), None);
         // Still gated: no renewal however much it is wanted.
         assert!(!todos(&mut w, 300, wall + 300, &s).contains(&Todo::Renew));
-        assert_eq!(w.paths_read(600, &[path(6)]), Some(GateEnd::CaughtUp));
+        assert_eq!(
+            w.paths_read(600, &[path(6)]),
+            Some(GateEnd::CaughtUp { unproven: vec![] })
+        );
         assert!(!w.gated());
         // The claims arrived: the refresh comes before the lease.
         let next = todos(&mut w, 601, wall + 601, &s);
@@ -919,20 +929,47 @@ mod tests {
     }
 
     #[test]
-    fn the_gate_ends_at_its_limit_naming_the_paths() {
+    fn the_gate_stays_closed_without_proof_and_says_so_once() {
         let mut s = State::awaiting_lease();
         let (mut w, _) = Worker::start(EPOCH, &at(0, 0), node(2), &mut s);
         assert_eq!(w.paths_read(0, &[path(5)]), None);
+        // No move for the limit: said once, and the gate stays closed.
         assert_eq!(
             w.paths_read(CATCH_UP_LIMIT_MS, &[path(5)]),
-            Some(GateEnd::TimedOut {
-                waiting: vec!["s".into()]
+            Some(GateEnd::Stalled {
+                waiting: vec!["s".into()],
             })
+        );
+        assert_eq!(w.paths_read(2 * CATCH_UP_LIMIT_MS, &[path(5)]), None);
+        assert!(w.gated());
+        assert_eq!(
+            w.paths_read(2 * CATCH_UP_LIMIT_MS + 1, &[path(6)]),
+            Some(GateEnd::CaughtUp { unproven: vec![] })
+        );
+        // A path that moves towards its target holds the gate past the limit, until it is there.
+        let mut s = State::awaiting_lease();
+        let (mut w, _) = Worker::start(EPOCH, &at(0, 0), node(2), &mut s);
+        let far = |end: i64| PathReading {
+            publisher_end: Some(1_000_000),
+            ..path(end)
+        };
+        assert_eq!(w.paths_read(0, &[far(5)]), None);
+        let mut t = 0;
+        for end in (10..1_000_000).step_by(100_000) {
+            t += CATCH_UP_LIMIT_MS - 1;
+            assert_eq!(w.paths_read(t, &[far(end)]), None, "at {t} ms, end {end}");
+        }
+        assert_eq!(
+            w.paths_read(t + 1, &[far(1_000_000)]),
+            Some(GateEnd::CaughtUp { unproven: vec![] })
         );
         // Without paths, the first look opens it.
         let mut s = State::awaiting_lease();
         let (mut w, _) = Worker::start(EPOCH, &at(0, 0), node(2), &mut s);
-        assert_eq!(w.paths_read(0, &[]), Some(GateEnd::CaughtUp));
+        assert_eq!(
+            w.paths_read(0, &[]),
+            Some(GateEnd::CaughtUp { unproven: vec![] })
+        );
     }
 
     #[test]

@@ -291,6 +291,10 @@ struct Path {
     /// both ways would send them round forever).
     queue: VecDeque<(u64, Row, bool)>,
     delivered: i64,
+    /// Whether a keepalive reached the subscriber since it started: until then
+    /// `pg_stat_subscription.latest_end_lsn` is NULL, and the first one reports where the slot
+    /// starts (what was delivered before), not what the publisher has written since.
+    reported: bool,
     errors: i64,
     pid: i32,
     last_heard: u64,
@@ -497,6 +501,7 @@ impl World {
                             relays: false,
                             queue: VecDeque::new(),
                             delivered: 0,
+                            reported: false,
                             errors: 0,
                             pid: 100 + (from * n + to) as i32,
                             last_heard: 0,
@@ -586,6 +591,7 @@ impl World {
                     }
                     if up {
                         p.last_heard = t;
+                        p.reported = true;
                     }
                     while p.queue.front().is_some_and(|(due, _, _)| *due <= t) {
                         let (_, row, relayed) = p.queue.pop_front().expect("a row");
@@ -633,7 +639,11 @@ impl World {
                     silent_ms: Some(self.t - p.last_heard),
                     errors: Some(p.errors),
                     table_state: 'r',
-                    end_lsn: Some(p.delivered),
+                    end_lsn: p.reported.then_some(p.delivered),
+                    // What the publisher has to send: delivered, or on its way.
+                    publisher_end: self.servers[from]
+                        .up
+                        .then_some(p.delivered + p.queue.len() as i64),
                     relays: p.relays,
                 });
             }
@@ -655,6 +665,10 @@ impl World {
         s.floor_due = None;
         s.unproven_start = false;
         s.shm = State::awaiting_lease();
+        for p in self.paths.iter_mut().filter_map(|row| row[i].as_mut()) {
+            p.reported = false;
+        }
+        let s = &mut self.servers[i];
         s.ptable = vec![Prepared::default(); MAX_PREPARED];
         s.scanned = false;
         s.read_mark();
@@ -898,8 +912,9 @@ impl World {
                     let readings = self.readings(i);
                     let s = &mut self.servers[i];
                     let w = s.worker.as_mut().expect("a worker");
-                    if let Some(GateEnd::TimedOut { .. }) = w.paths_read(mono, &readings) {
-                        s.unproven_start = true;
+                    if let Some(GateEnd::CaughtUp { unproven }) = w.paths_read(mono, &readings) {
+                        // Paths disabled at the start are not waited for (said as a WARNING).
+                        s.unproven_start |= !unproven.is_empty();
                     }
                 }
                 Todo::Refresh => {
@@ -1324,7 +1339,11 @@ impl World {
                                 stalled: false,
                                 relays: false,
                                 queue: VecDeque::new(),
-                                delivered: 0,
+                                // A new slot starts where the publisher's WAL is now, past any
+                                // position an earlier subscription of this name reported (a
+                                // path carries far fewer than 2^20 rows).
+                                delivered: (self.t as i64) << 20,
+                                reported: false,
                                 errors: 0,
                                 pid,
                                 last_heard: self.t,
@@ -1390,6 +1409,9 @@ impl World {
                 // The old server is gone (fenced); its undelivered claims with it.
                 self.crash(i);
                 for p in self.paths[i].iter_mut().flatten() {
+                    // Positions go on from where the lost rows would have been: the promoted
+                    // server's WAL continues past them.
+                    p.delivered += p.queue.len() as i64;
                     p.queue.clear();
                 }
                 let s = &mut self.servers[i];
