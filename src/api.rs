@@ -60,34 +60,47 @@ unsafe extern "C-unwind" fn nextval_slow(first: &Option<Result<Step, GenError>>)
     let mut pending = *first;
     let mut lease_deadline = None;
     let mut lease_round = 0;
-    let result = issue(
-        // The common path's own attempt, now that it is enabled.
-        || {
-            pending
-                .take()
-                .or_else(|| unsafe { generator::hot_attempt() })
-                .expect("hot path enabled above")
-        },
-        // Waits happen with the lock released, and stay interruptible.
-        |step| {
-            match step {
-                // At most a millisecond away.
-                Step::WaitClock { .. } => unsafe { pg_sys::pg_usleep(50) },
-                Step::WaitLease { .. } => {
-                    let deadline = *lease_deadline.get_or_insert_with(|| {
-                        std::time::Instant::now() + generator::LEASE_WAIT_LIMIT
-                    });
-                    if std::time::Instant::now() > deadline {
-                        return Err(());
+    // Refused because of another server's claim: once per call, the lease worker looks at the
+    // claims again first (a DBA may have retired that claim a moment ago), and the call tries
+    // again if it did.
+    let mut looked = false;
+    let result = loop {
+        let result = issue(
+            // The common path's own attempt, now that it is enabled.
+            || {
+                pending
+                    .take()
+                    .or_else(|| unsafe { generator::hot_attempt() })
+                    .expect("hot path enabled above")
+            },
+            // Waits happen with the lock released, and stay interruptible.
+            |step| {
+                match step {
+                    // At most a millisecond away.
+                    Step::WaitClock { .. } => unsafe { pg_sys::pg_usleep(50) },
+                    Step::WaitLease { .. } => {
+                        let deadline = *lease_deadline.get_or_insert_with(|| {
+                            std::time::Instant::now() + generator::LEASE_WAIT_LIMIT
+                        });
+                        if std::time::Instant::now() > deadline {
+                            return Err(());
+                        }
+                        generator::nap_for_lease(&mut lease_round);
                     }
-                    generator::nap_for_lease(&mut lease_round);
+                    Step::Issued(_) => {}
                 }
-                Step::Issued(_) => {}
+                pg_sys::check_for_interrupts!();
+                Ok(())
+            },
+        );
+        if matches!(result, Err(IssueError::Gen(GenError::Refused))) && !looked {
+            looked = true;
+            if generator::look_again(generator::LOOK_WAIT_LIMIT) {
+                continue;
             }
-            pg_sys::check_for_interrupts!();
-            Ok(())
-        },
-    );
+        }
+        break result;
+    };
     match result {
         Ok(id) => id,
         Err(IssueError::Gen(GenError::Refused)) => {

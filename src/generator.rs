@@ -305,6 +305,43 @@ pub fn nap_for_lease(round: &mut u32) {
     pg_sys::check_for_interrupts!();
 }
 
+/// How long a call refused because of another server's claim waits for the lease worker to look
+/// at the claims again (`look_again`) before it raises the refusal: the look comes within
+/// [`crate::core::worker::LOOK_AGAIN_MS`] of the worker's last refresh, and takes one
+/// transaction.
+pub const LOOK_WAIT_LIMIT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// A call refused because of another server's claim asks the lease worker to look at the claims
+/// again, and waits with no lock held until a look that started after it asked has finished, or
+/// `limit` passed: a claim a DBA retired (or a peer that moved away) is then seen by this very
+/// call, not at the worker's next refresh, 5 s later. Returns whether such a look finished. No
+/// look is asked when no worker runs or the refusal is not a claim's.
+pub fn look_again(limit: std::time::Duration) -> bool {
+    let ticket = {
+        let mut g = GENERATOR.exclusive();
+        if g.worker_latch == 0 || g.conflict().is_none() {
+            return false;
+        }
+        g.state.ask_look()
+    };
+    // One wake is enough: the latch stays set until the worker's next nap, and the worker naps
+    // no longer than until the look is allowed.
+    wake_worker();
+    let deadline = std::time::Instant::now() + limit;
+    let mut micros = 500u32;
+    loop {
+        if GENERATOR.share().state.look_answered(ticket) {
+            return true;
+        }
+        if std::time::Instant::now() > deadline {
+            return false;
+        }
+        unsafe { pg_sys::pg_usleep(micros.into()) };
+        micros = (micros * 2).min(10_000);
+        pg_sys::check_for_interrupts!();
+    }
+}
+
 /// Waits until a lease up to timestamp field `ms` is persisted (WAL-flushed by the lease
 /// worker, as every lease is before it is granted), asking the worker for one: a floor raised to
 /// `ms` survives a restart from then on, since the generator starts above the persisted lease.

@@ -179,6 +179,27 @@ fn every_recipe_is_run_by_a_test() {
     assert!(unused.is_empty(), "recipes no test runs: {unused:?}");
 }
 
+/// No recipe can hang: a loop that waits is bounded (`for ... in $(seq N)`, as the mesh
+/// recipes' `await` is) and fails naming what it waited for; none loops `until` or `while` a
+/// condition, which may never come (1.6.0's mesh-add waited for every subscription of the
+/// database, forever on PostgreSQL 19 beside one `FOR ALL SEQUENCES`).
+#[test]
+fn no_recipe_waits_without_a_bound() {
+    for file in doc_files() {
+        let text = fs::read_to_string(&file).unwrap();
+        for part in text.split("<!-- recipe: ").skip(1) {
+            let name = part.split(' ').next().unwrap();
+            for line in readme_recipe(name).lines() {
+                let code = line.split(" #").next().unwrap().trim_start();
+                assert!(
+                    !(code.starts_with("until ") || code.starts_with("while ")),
+                    "recipe {name} waits with no bound: {line}"
+                );
+            }
+        }
+    }
+}
+
 /// The extension's source: Rust and SQL under src/.
 fn source_files() -> Vec<PathBuf> {
     let mut sources = Vec::new();

@@ -3,7 +3,7 @@
 //! that refuses IDs while another server claims the same datacenter and worker ID.
 
 mod common;
-use common::{eventually, pg_major, run_recipes, uris, Cluster};
+use common::{eventually, pg_major, run_recipes, run_recipes_within, uris, Cluster};
 use std::thread;
 use std::time::Duration;
 
@@ -1357,4 +1357,143 @@ fn sequences_copied_from_another_server_never_reach_the_mark() {
         "B on A's pair does not refuse: {:?}",
         b.try_sql("SELECT snowflake_nextval()")
     );
+}
+
+/// The URI of `c`'s database `app` (the application's, apart from `snowflake.database`).
+fn app_uri(c: &Cluster) -> String {
+    c.uri()
+        .replacen("postgresql:///postgres?", "postgresql:///app?", 1)
+}
+
+/// The count of `app.t`'s rows by the worker ID that inserted them, `w:n,...`.
+fn app_rows_by_origin(c: &Cluster) -> String {
+    c.try_sql_in(
+        "app",
+        "SELECT coalesce(string_agg(origin || ':' || n, ',' ORDER BY origin), '') \
+           FROM (SELECT origin, count(*) AS n FROM t GROUP BY origin) x",
+    )
+    .unwrap()
+}
+
+/// On PostgreSQL 19 a subscription `FOR ALL SEQUENCES` lists sequences that never become ready:
+/// in `snowflake.database` the mark's three (each server gives them a definition of its own),
+/// and in the application's database a sequence each node defines apart (its own START). The
+/// new node has both when it joins: `mesh-add` waits only for the copies of the subscriptions it
+/// made, so it ends, and the mesh is built both ways (1.6.0's recipe waited for every
+/// subscription of the database, forever, with the new node subscribed to the first and no
+/// node to it).
+#[test]
+fn mesh_add_ends_beside_subscriptions_for_all_sequences() {
+    if pg_major() < 19 {
+        eprintln!(
+            "SKIPPED on PostgreSQL {}: sequences are replicated from PostgreSQL 19 on",
+            pg_major()
+        );
+        return;
+    }
+    let mut n1 = node("seqmesh-1", 1, 1);
+    let mut n2 = node("seqmesh-2", 1, 2);
+    let mut n3 = node("seqmesh-3", 2, 1);
+    for (start, c) in [&mut n1, &mut n2, &mut n3].into_iter().enumerate() {
+        c.start();
+        c.sql("CREATE DATABASE app");
+        c.try_sql_in(
+            "app",
+            &format!(
+                "{TABLE}; CREATE SEQUENCE app_seq INCREMENT 3 START {}",
+                start + 1
+            ),
+        )
+        .unwrap();
+    }
+    let tables = ("TABLES", "public.t".to_string());
+    run_recipes(
+        &["mesh-functions", "mesh"],
+        &[
+            ("NODES", format!("{} {}", app_uri(&n1), app_uri(&n2))),
+            tables.clone(),
+        ],
+    );
+    // n1 publishes every sequence of both databases, and n3 subscribes to them before it joins.
+    for db in ["postgres", "app"] {
+        n1.try_sql_in(db, "CREATE PUBLICATION seqs FOR ALL SEQUENCES")
+            .unwrap();
+        n3.try_sql_in(
+            db,
+            &format!(
+                "CREATE SUBSCRIPTION seqs_{db} CONNECTION '{}' PUBLICATION seqs",
+                n1.conninfo()
+                    .replace("dbname=postgres", &format!("dbname={db}"))
+            ),
+        )
+        .unwrap();
+    }
+    // Both have failed to copy what they list, and keep it not ready.
+    let seq_errors = |db: &str| {
+        n3.try_sql_in(
+            db,
+            &format!("SELECT sync_seq_error_count > 0 FROM pg_stat_subscription_stats WHERE subname = 'seqs_{db}'"),
+        )
+    };
+    assert!(
+        eventually(60, || seq_errors("postgres").as_deref() == Ok("t")
+            && seq_errors("app").as_deref() == Ok("t")),
+        "the sequence synchronisation did not fail: {:?} {:?}",
+        seq_errors("postgres"),
+        seq_errors("app")
+    );
+    assert_eq!(
+        snowflake_sequences_seen_by_subscription(&n3),
+        "epoch_ms:i,lease_ms:i,node_token:i"
+    );
+    assert_eq!(
+        n3.try_sql_in(
+            "app",
+            "SELECT string_agg(srrelid::regclass || ':' || srsubstate::text, ',') FROM pg_subscription_rel"
+        )
+        .unwrap(),
+        "app_seq:i"
+    );
+
+    run_recipes_within(
+        &["mesh-functions", "mesh-add"],
+        &[
+            ("NEW", app_uri(&n3)),
+            ("NODES", format!("{} {}", app_uri(&n1), app_uri(&n2))),
+            tables,
+        ],
+        120,
+    );
+    // Both ways: every node has every node's claim, and the rows each inserts reach the others.
+    for c in [&n1, &n2, &n3] {
+        c.wait_for(CLAIMS_SEEN, "1/1,1/2,2/1", 30);
+    }
+    for c in [&n1, &n2, &n3] {
+        c.try_sql_in(
+            "app",
+            "INSERT INTO t (payload) SELECT 'x' FROM generate_series(1, 10)",
+        )
+        .unwrap();
+    }
+    let all = "1:20,2:10";
+    assert!(
+        eventually(60, || [&n1, &n2, &n3]
+            .iter()
+            .all(|c| app_rows_by_origin(c) == all)),
+        "the rows did not reach every node: {:?}",
+        [&n1, &n2, &n3].map(app_rows_by_origin)
+    );
+    // The sequences' subscriptions are as they were: not ready, and no claims path broken.
+    assert_eq!(
+        snowflake_sequences_seen_by_subscription(&n3),
+        "epoch_ms:i,lease_ms:i,node_token:i"
+    );
+    for c in [&n1, &n2, &n3] {
+        assert!(
+            !c.log().contains("is not applying"),
+            "a claims path was taken for broken:\n{}",
+            c.log()
+        );
+        assert_no_conflicts(c);
+    }
 }

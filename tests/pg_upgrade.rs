@@ -120,7 +120,17 @@ fn upgrade_from(old_major: u32) {
         new.env.clear();
         new.start();
     }
-    // The old cluster's claim, under its system identifier, is retired as the README says.
+    // The old cluster's claim, under its system identifier, holds IDs back until it is retired
+    // (the worker has looked at the claims by then: the refusal names it).
+    assert!(
+        common::eventually(15, || new.try_sql("SELECT snowflake_nextval()").is_err_and(
+            |e| e.sqlstate == "55000" && e.message.contains("also used by another server")
+        )),
+        "the old cluster's claim did not hold IDs back: {:?}",
+        new.try_sql("SELECT snowflake_nextval()")
+    );
+    // It is retired as the README says, and the very next call issues (1.6.0 refused for up to
+    // 5 s more, until the worker's next read of the claims).
     let out = as_owner(std::path::Path::new("/bin/bash"))
         .arg("-c")
         .arg(readme_script(&["pg_upgrade-after"]))
@@ -139,13 +149,22 @@ fn upgrade_from(old_major: u32) {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
-    new.wait_for(
-        "SELECT count(*) FILTER (WHERE retired), count(*) FILTER (WHERE system_identifier = (SELECT system_identifier FROM pg_control_system())) FROM _snowflake.claims",
-        "1|1",
-        15,
+    let retired = std::time::Instant::now();
+    let first = new.try_sql("SELECT snowflake_nextval() > 0");
+    let took = retired.elapsed();
+    assert_eq!(
+        first.as_ref().map(String::as_str),
+        Ok("t"),
+        "the call right after the retire was refused"
     );
-    // IDs flow once the worker's next refresh has seen the claim retired.
-    new.wait_for("SELECT snowflake_nextval() > 0", "t", 15);
+    assert!(
+        took < std::time::Duration::from_secs(1),
+        "the first ID after the retire took {took:?}"
+    );
+    assert_eq!(
+        new.sql("SELECT count(*) FILTER (WHERE retired), count(*) FILTER (WHERE system_identifier = (SELECT system_identifier FROM pg_control_system())) FROM _snowflake.claims"),
+        "1|1"
+    );
     assert_eq!(
         new.sql_i64("SELECT current_setting('server_version_num')::int / 10000"),
         new_major as i64,

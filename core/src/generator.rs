@@ -61,6 +61,12 @@ pub struct State {
     /// Set while another live server claims this server's datacenter and worker ID (see
     /// [`crate::fleet`]): issuing would repeat its IDs, so nothing is issued until it clears.
     pub(crate) refused: bool,
+    /// Looks at the claims asked by refused calls (a count that wraps), and the last of them a
+    /// finished refresh answered (see [`crate::worker::Worker::poll`]): a call refused because of
+    /// a claim waits for a look that started after it asked, so that a claim a DBA retired (or
+    /// another change the worker has not read) is seen at once, not at the next refresh.
+    pub(crate) looks_asked: u32,
+    pub(crate) looks_answered: u32,
     pub(crate) stats: Stats,
 }
 
@@ -208,6 +214,29 @@ impl State {
         self.refused = refused;
     }
 
+    /// A refused call asks the lease worker to look at the claims again; returns the ticket that
+    /// `look_answered` takes.
+    pub fn ask_look(&mut self) -> u32 {
+        self.looks_asked = self.looks_asked.wrapping_add(1);
+        self.looks_asked
+    }
+
+    /// The looks asked so far (the worker takes them at the refresh it starts).
+    pub fn looks_asked(&self) -> u32 {
+        self.looks_asked
+    }
+
+    /// Whether a refresh that started after `ticket` was asked has finished.
+    pub fn look_answered(&self, ticket: u32) -> bool {
+        // Tickets wrap: answered is at or past the ticket within half the range.
+        self.looks_answered.wrapping_sub(ticket) < u32::MAX / 2
+    }
+
+    /// A refresh that started when `asked` looks had been asked has finished.
+    pub fn answer_looks(&mut self, asked: u32) {
+        self.looks_answered = asked;
+    }
+
     /// Counts a forward jump of the wall clock of `jump_ms`, seen by the lease worker.
     pub fn record_forward_jump(&mut self, jump_ms: u64) {
         self.stats.clock_forward_jumps += 1;
@@ -223,6 +252,8 @@ impl State {
             behind: false,
             lease_wanted: false,
             refused: false,
+            looks_asked: 0,
+            looks_answered: 0,
             stats: Stats {
                 issued: 0,
                 borrowed_ms: 0,

@@ -55,6 +55,12 @@ use crate::lease::{forward_jump, lease_length_ms, restored_floor, OutsideMark};
 /// often than that).
 pub const GATE_LOOK_MS: u64 = 250;
 
+/// How soon after a refresh, at the earliest, the worker looks at the claims again for a call
+/// that was refused because of one (`State::ask_look`): a DBA's retire is then seen within
+/// about this long, and calls refused while a conflict lasts make the worker write its claim at
+/// most this often.
+pub const LOOK_AGAIN_MS: u64 = 250;
+
 /// What the worker reads at its start, in the transaction that makes what is missing.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct AtStart {
@@ -230,6 +236,8 @@ pub struct Worker {
     /// Whether the gate's stall was said (`GateEnd::Stalled`) since a path last moved.
     stall_said: bool,
     claimed_at: Option<u64>,
+    /// The looks asked (`State::looks_asked`) when the last refresh started: its end answers them.
+    answering: u32,
     looked: Option<(i64, u64)>,
     issued_at_renewal: u64,
     phase: Phase,
@@ -284,6 +292,7 @@ impl Worker {
             catch_up: CatchUp::default(),
             stall_said: false,
             claimed_at: None,
+            answering: state.looks_asked(),
             looked: None,
             issued_at_renewal: 0,
             phase: Phase::Gate,
@@ -339,11 +348,17 @@ impl Worker {
                 }
                 Phase::Refresh => {
                     self.phase = Phase::Clock;
-                    if self
-                        .claimed_at
-                        .is_none_or(|t| now_ms.saturating_sub(t) >= REFRESH_MS)
-                    {
+                    let since = |ms| {
+                        self.claimed_at
+                            .is_none_or(|t| now_ms.saturating_sub(t) >= ms)
+                    };
+                    // A refused call asked for a look at the claims (a DBA may have retired the
+                    // claim it names): sooner than the refresh's period, not more often than
+                    // LOOK_AGAIN_MS.
+                    let asked = state.looks_asked() != self.answering;
+                    if since(REFRESH_MS) || (asked && since(LOOK_AGAIN_MS)) {
                         self.claimed_at = Some(now_ms);
+                        self.answering = state.looks_asked();
                         return Todo::Refresh;
                     }
                 }
@@ -368,7 +383,14 @@ impl Worker {
                 }
                 Phase::Nap => {
                     self.phase = Phase::Gate;
-                    return Todo::Nap((lease_length_ms(drift) / 4).max(5));
+                    let mut nap = lease_length_ms(drift) / 4;
+                    // Until the look asked is allowed, not the whole nap.
+                    if let (true, Some(t)) =
+                        (state.looks_asked() != self.answering, self.claimed_at)
+                    {
+                        nap = nap.min((t + LOOK_AGAIN_MS).saturating_sub(now_ms));
+                    }
+                    return Todo::Nap(nap.max(5));
                 }
             }
         }
@@ -517,6 +539,8 @@ impl Worker {
             state.raise_floor(decompose(id).map(|p| p.ms).unwrap_or(0));
         }
         state.set_refused(found.is_some());
+        // The calls that asked for a look before this refresh started have it now.
+        state.answer_looks(self.answering);
         self.claim_written_at = Some(now_ms);
         // A lease held back (rule 7) is granted now that the claims were looked at, unless they
         // show a conflict (the next renewal then starts over).
@@ -900,6 +924,78 @@ mod tests {
             Ok(Step::Issued(_))
         ));
         assert!(todos(&mut w, t + REFRESH_MS + 4, wall, &s).contains(&Todo::Renew));
+    }
+
+    /// A call refused because of a claim asks for a look (a DBA may have just retired it): the
+    /// worker refreshes within `LOOK_AGAIN_MS` of its last refresh rather than at the next period,
+    /// naps no longer than that while one is asked, and the refresh's end answers every look
+    /// asked before it started, not one asked while it ran. Asked looks never come closer
+    /// together than `LOOK_AGAIN_MS`.
+    #[test]
+    fn a_refused_call_gets_a_look_at_the_claims_within_look_again_ms() {
+        let mut s = State::awaiting_lease();
+        let (mut w, _) = Worker::start(EPOCH, &at(0, 0), node(2), &mut s);
+        let wall = EPOCH + 1_000_000;
+        w.paths_read(0, &[]);
+        assert!(todos(&mut w, 0, wall, &s).contains(&Todo::Refresh));
+        let other = claim(7, 2, 1);
+        w.refreshed(0, refreshed(vec![other]), &settings(), &mut s);
+        assert!(
+            s.refused(),
+            "another server's claim on the pair, never watched: live"
+        );
+        s.grant_lease(2_000_000);
+        // Nothing asked: a quarter lease's nap, and no refresh before REFRESH_MS.
+        assert_eq!(todos(&mut w, 10, wall, &s).last(), Some(&Todo::Nap(250)));
+        // The DBA retires the claim; a call is refused and asks for a look.
+        let ticket = s.ask_look();
+        assert!(!s.look_answered(ticket));
+        let early = todos(&mut w, LOOK_AGAIN_MS - 100, wall, &s);
+        assert!(!early.contains(&Todo::Refresh), "{early:?}");
+        assert_eq!(
+            early.last(),
+            Some(&Todo::Nap(100)),
+            "the nap ends when the look is allowed"
+        );
+        assert_eq!(todos(&mut w, LOOK_AGAIN_MS, wall, &s)[0], Todo::Refresh);
+        // A call asks again while that refresh runs: its read may predate the ask.
+        let during = s.ask_look();
+        let retired = Claim {
+            retired: true,
+            ..other
+        };
+        w.refreshed(LOOK_AGAIN_MS, refreshed(vec![retired]), &settings(), &mut s);
+        assert!(!s.refused(), "the retired claim ends the refusal at once");
+        assert!(s.look_answered(ticket) && !s.look_answered(during));
+        // The second ask is taken, again no sooner than LOOK_AGAIN_MS after the last refresh.
+        assert!(!todos(&mut w, 2 * LOOK_AGAIN_MS - 1, wall, &s).contains(&Todo::Refresh));
+        assert_eq!(todos(&mut w, 2 * LOOK_AGAIN_MS, wall, &s)[0], Todo::Refresh);
+        w.refreshed(
+            2 * LOOK_AGAIN_MS,
+            refreshed(vec![retired]),
+            &settings(),
+            &mut s,
+        );
+        assert!(s.look_answered(during));
+        // Nothing asked any more: back to the refresh's period.
+        assert!(!todos(&mut w, 3 * LOOK_AGAIN_MS, wall, &s).contains(&Todo::Refresh));
+        assert!(todos(&mut w, 2 * LOOK_AGAIN_MS + REFRESH_MS, wall, &s).contains(&Todo::Refresh));
+    }
+
+    /// Tickets wrap: an answer at or past the ticket (within half the range) answers it.
+    #[test]
+    fn look_tickets_wrap() {
+        let mut s = State::new();
+        s.looks_asked = u32::MAX - 1;
+        s.answer_looks(u32::MAX - 1);
+        let a = s.ask_look();
+        let b = s.ask_look();
+        assert_eq!((a, b), (u32::MAX, 0));
+        assert!(!s.look_answered(a) && !s.look_answered(b));
+        s.answer_looks(a);
+        assert!(s.look_answered(a) && !s.look_answered(b));
+        s.answer_looks(b);
+        assert!(s.look_answered(a) && s.look_answered(b));
     }
 
     #[test]

@@ -869,6 +869,12 @@ impl World {
             }
             Ok(Step::WaitClock { .. }) => Ok(()),
             Err(e) => {
+                if e == GenError::Refused {
+                    // As the glue does: a refused call asks the worker for a look at the claims
+                    // and wakes it (a DBA's retire is then seen at once).
+                    s.shm.ask_look();
+                    s.nap_until = self.t;
+                }
                 s.last_refusal = match e {
                     GenError::Refused => format!(
                         "refused, conflict {:?}",

@@ -14,17 +14,32 @@ pub fn readme_script(blocks: &[&str]) -> String {
     script.join("\n")
 }
 
+/// How long a recipe may run before `run_recipes` stops it: no recipe may hang (each of its
+/// waits is bounded and fails naming what it waited for).
+pub const RECIPE_LIMIT_S: u64 = 600;
+
 /// Runs README blocks as one bash script, with the server's programs first on PATH and `vars`
 /// in the environment; panics with the output when it fails, else returns its trimmed stdout.
 pub fn run_recipes(blocks: &[&str], vars: &[(&str, String)]) -> String {
+    run_recipes_within(blocks, vars, RECIPE_LIMIT_S)
+}
+
+/// `run_recipes`, stopped (and failed) if it has not ended within `secs` seconds.
+pub fn run_recipes_within(blocks: &[&str], vars: &[(&str, String)], secs: u64) -> String {
     let path = format!("{}:{}", bindir().display(), std::env::var("PATH").unwrap());
-    let out = Command::new("bash")
-        .arg("-c")
+    let out = Command::new("timeout")
+        .args(["--kill-after=10", &secs.to_string(), "bash", "-c"])
         .arg(readme_script(blocks))
         .env("PATH", path)
         .envs(vars.iter().map(|(k, v)| (*k, v.as_str())))
         .output()
         .unwrap();
+    assert!(
+        out.status.code() != Some(124),
+        "README recipes {blocks:?} did not end within {secs} s:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(
         out.status.success(),
         "README recipes {blocks:?} failed:\n{}\n{}",
