@@ -439,6 +439,8 @@ pub fn peers(now_ms: u64, me: i64) -> Peers {
         errors: None,
         table_state: 'r',
         end_lsn: (rounds > 0).then_some(rounds as i64),
+        // Asked directly: any round since the worker started is fresh.
+        publisher_end: Some(1),
         relays: false,
     });
     let mut peers = Peers {

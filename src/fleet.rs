@@ -250,18 +250,98 @@ fn read_paths() -> Vec<PathReading> {
                     .and_then(|s| s.chars().next())
                     .unwrap_or('?'),
                 end_lsn: row.get::<i64>(7).ok().flatten(),
+                publisher_end: None,
                 relays: row.get::<bool>(8).ok().flatten().unwrap_or(true),
             })
             .collect()
     })
 }
 
-/// The paths as they are now, in a transaction of their own (for [`crate::core::fleet::CatchUp`]):
-/// the subscriptions, and the Citus nodes (see [`crate::citus::peers`]).
+/// The paths as they are now, in a transaction of their own, for the start's gate
+/// ([`crate::core::fleet::CatchUp`]): the subscriptions, each with its publisher's end of WAL
+/// asked of the publisher (until one answer, which the gate keeps), and the Citus nodes (see
+/// [`crate::citus::peers`]).
 pub fn paths_now(now_ms: u64) -> Vec<PathReading> {
-    let mut paths = BackgroundWorker::transaction(read_paths);
+    let mut paths = BackgroundWorker::transaction(|| {
+        let mut paths = read_paths();
+        for p in paths.iter_mut().filter(|p| p.enabled) {
+            p.publisher_end = ASKED.with(|a| a.borrow().get(&p.subscription).copied());
+            if p.publisher_end.is_none() {
+                p.publisher_end = publisher_end(&p.subscription);
+                if let Some(end) = p.publisher_end {
+                    ASKED.with(|a| a.borrow_mut().insert(p.subscription.clone(), end));
+                }
+            }
+        }
+        paths
+    });
     paths.extend(crate::citus::peers(now_ms, system_identifier()).paths);
     paths
+}
+
+thread_local! {
+    /// The publishers' answers, by subscription, in this life of the worker.
+    static ASKED: std::cell::RefCell<std::collections::HashMap<String, i64>> = Default::default();
+}
+
+/// The end of WAL of the publisher of subscription `name` (of this database), asked over the
+/// subscription's own connection string, as its apply worker connects (a logical replication
+/// connection, which also runs SQL): `None` if it cannot be reached or does not answer. Inside
+/// the caller's transaction. The connection waits on the network, never holding a lock of ours,
+/// and stays interruptible (a shutdown or a `pg_terminate_backend()` ends it).
+fn publisher_end(name: &str) -> Option<i64> {
+    let conninfo = Spi::get_one_with_args::<String>(
+        "SELECT s.subconninfo FROM pg_catalog.pg_subscription s
+          WHERE s.subdbid OPERATOR(pg_catalog.=) (SELECT d.oid FROM pg_catalog.pg_database d
+                                                  WHERE d.datname OPERATOR(pg_catalog.=) pg_catalog.current_database())
+            AND pg_catalog.encode(pg_catalog.convert_to(s.subname::pg_catalog.text, 'UTF8'), 'escape')
+                OPERATOR(pg_catalog.=) $1",
+        &[name.into()],
+    )
+    .ok()
+    .flatten()?;
+    let conninfo = std::ffi::CString::new(conninfo).ok()?;
+    // SAFETY: PostgreSQL's own walreceiver library, loaded as the apply workers load it; its
+    // functions report failures in their results (`err`, `status`), not as errors.
+    unsafe {
+        pg_sys::load_file(c"libpqwalreceiver".as_ptr(), false);
+        let f = pg_sys::WalReceiverFunctions.as_ref()?;
+        let mut err: *mut std::ffi::c_char = std::ptr::null_mut();
+        let app = c"snowflake lease worker".as_ptr();
+        // 16 added must_use_password, 17 whether the connection is a replication one.
+        #[cfg(feature = "pg15")]
+        let conn = f.walrcv_connect?(conninfo.as_ptr(), true, app, &mut err);
+        #[cfg(feature = "pg16")]
+        let conn = f.walrcv_connect?(conninfo.as_ptr(), true, false, app, &mut err);
+        #[cfg(not(any(feature = "pg15", feature = "pg16")))]
+        let conn = f.walrcv_connect?(conninfo.as_ptr(), true, true, false, app, &mut err);
+        if conn.is_null() {
+            return None;
+        }
+        let mut types = [pg_sys::INT8OID];
+        let res = f.walrcv_exec?(
+            conn,
+            c"SELECT (pg_catalog.pg_current_wal_flush_lsn() OPERATOR(pg_catalog.-) '0/0'::pg_catalog.pg_lsn)::pg_catalog.int8".as_ptr(),
+            1,
+            types.as_mut_ptr(),
+        );
+        let mut end = None;
+        if !res.is_null() && (*res).status == pg_sys::WalRcvExecStatus::WALRCV_OK_TUPLES {
+            let slot =
+                pg_sys::MakeSingleTupleTableSlot((*res).tupledesc, &pg_sys::TTSOpsMinimalTuple);
+            if pg_sys::tuplestore_gettupleslot((*res).tuplestore, true, false, slot) {
+                pg_sys::slot_getsomeattrs_int(slot, 1);
+                if !*(*slot).tts_isnull {
+                    end = Some((*(*slot).tts_values).value() as i64);
+                }
+            }
+            pg_sys::ExecDropSingleTupleTableSlot(slot);
+        }
+        if let Some(disconnect) = f.walrcv_disconnect {
+            disconnect(conn);
+        }
+        end
+    }
 }
 
 /// Writes this server's claim, reads the others' on its pair, and gives both to the protocol

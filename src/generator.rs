@@ -377,11 +377,10 @@ pub fn lease_not_ready(waited: std::time::Duration, database: &str) -> ! {
     let (detail, hint) = if awaiting_claims {
         (
             format!(
-                "After a start, no ID is issued before the fleet check has seen the other servers' claims brought up to date by every subscription that carries _snowflake.claims here; they have not within {} s. The lease worker waits for them at most {} s, then issues with a WARNING.",
+                "After a start, no ID is issued before every subscription that carries _snowflake.claims here has applied its publisher's end of WAL; they have not within {} s. The server log names those that do not move.",
                 waited.as_secs(),
-                crate::core::fleet::CATCH_UP_LIMIT_MS / 1000
             ),
-            "Try again in a few seconds; if it lasts, look in pg_stat_subscription for a claims subscription whose apply worker does not run.",
+            crate::lease::GATE_HINT,
         )
     } else if no_worker {
         // No worker has started since the server did: it has written nothing to the log.

@@ -557,6 +557,9 @@ fn renew(worker: &mut Worker, settings: &Settings, now_ms: u64) {
     report_outside_mark(plan.mark_unix_ms, plan.found);
 }
 
+/// What to do while the start's gate waits for a claims subscription that does not move.
+pub const GATE_HINT: &str = "Start the publisher, or fix the subscription (pg_stat_subscription, and the log of its apply worker). If its server is gone for good, retire its claim (UPDATE _snowflake.claims SET retired = true WHERE system_identifier = ...) and ALTER SUBSCRIPTION ... DISABLE: a subscription disabled at the start is not waited for.";
+
 /// What to do about a mark that someone other than the lease worker lowered.
 const LOWERED_MARK_HINT: &str = "Leave _snowflake out of dumps and restores (pg_dump --exclude-schema=_snowflake); raise a floor with snowflake_set_floor(), never with setval.";
 
@@ -693,12 +696,32 @@ pub extern "C-unwind" fn snowflake_lease_worker_main(_arg: pg_sys::Datum) {
             Todo::ReadPaths => {
                 let readings = crate::fleet::paths_now(now_ms);
                 match worker.paths_read(now_ms, &readings) {
-                    Some(GateEnd::TimedOut { waiting }) => warning!(
-                        "snowflake: subscriptions {} carry _snowflake.claims here and have not brought them up to date within {} s of the start; IDs are issued without that proof, and a server that took this pair meanwhile is seen only once its claim arrives",
-                        waiting.join(", "),
-                        crate::core::fleet::CATCH_UP_LIMIT_MS / 1000
+                    Some(GateEnd::Stalled { waiting }) => errors::report(
+                        PgLogLevel::WARNING,
+                        PgSqlErrorCode::ERRCODE_WARNING,
+                        format!(
+                            "snowflake: no ID is issued until subscriptions {} have brought _snowflake.claims up to date",
+                            waiting.join(", ")
+                        ),
+                        Some(format!(
+                            "After a start, IDs wait until each subscription that carries the claims here has applied its publisher's end of WAL, asked of the publisher; for {} s none of these moved towards it (its publisher down or unreachable, or its apply worker not applying).",
+                            crate::core::fleet::CATCH_UP_LIMIT_MS / 1000
+                        )),
+                        Some(GATE_HINT),
                     ),
-                    Some(GateEnd::CaughtUp) | None => {}
+                    Some(GateEnd::CaughtUp { unproven }) if !unproven.is_empty() => {
+                        errors::report(
+                            PgLogLevel::WARNING,
+                            PgSqlErrorCode::ERRCODE_WARNING,
+                            format!(
+                                "snowflake: subscriptions {} carry _snowflake.claims here but were disabled, or had not copied the claims, at the start: IDs are issued without waiting for them",
+                                unproven.join(", ")
+                            ),
+                            Some("A server that took this server's pair meanwhile is seen only once such a subscription brings its claim.".into()),
+                            Some("Disable a claims subscription only for a server that is gone for good, and retire its claim."),
+                        )
+                    }
+                    Some(GateEnd::CaughtUp { .. }) | None => {}
                 }
                 GENERATOR.exclusive().awaiting_claims = worker.gated();
             }

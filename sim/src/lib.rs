@@ -591,7 +591,11 @@ impl World {
                     }
                     if up {
                         p.last_heard = t;
-                        p.reported = true;
+                        // The walsender's first message after the subscriber's start is a
+                        // keepalive at the slot's start: nothing of the backlog comes with it.
+                        if !std::mem::replace(&mut p.reported, true) {
+                            continue;
+                        }
                     }
                     while p.queue.front().is_some_and(|(due, _, _)| *due <= t) {
                         let (_, row, relayed) = p.queue.pop_front().expect("a row");
