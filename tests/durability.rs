@@ -720,9 +720,17 @@ fn failover_after_the_workers_synchronous_wait_is_interrupted(how: &str) {
     standby.start();
     standby.promote();
     assert!(common::eventually(60, || ids(&standby).is_ok()));
+    // The promoted standby issues until it is past every ID the old primary issued: each of the
+    // old primary's milliseconds has been its own too by then.
+    let old_max = old.iter().copied().max().unwrap();
     let old: std::collections::HashSet<i64> = old.into_iter().collect();
     let mut new = Vec::new();
-    for _ in 0..20 {
+    let until = std::time::Instant::now() + Duration::from_secs(90);
+    while new.last().is_none_or(|&id| id <= old_max) {
+        assert!(
+            std::time::Instant::now() < until,
+            "the promoted standby did not pass the old primary's IDs"
+        );
         new.extend(ids(&standby).unwrap());
     }
     let equal = new.iter().filter(|id| old.contains(id)).count();
