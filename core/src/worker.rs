@@ -541,11 +541,11 @@ impl Worker {
         settings: &Settings,
         state: &mut State,
     ) -> RenewPlan {
+        // A lease still awaiting the standbys is superseded: this renewal writes above it.
+        self.unreplicated = None;
         if let Some(id) = handover_id {
             state.raise_floor(decompose(id).map(|p| p.ms).unwrap_or(0));
         }
-        // A lease still awaiting the standbys is superseded: this renewal writes above it.
-        self.unreplicated = None;
         let own = self.own_mark;
         let own_here = own - self.recorded_epoch_ms + self.epoch_ms;
         let found = state.follow_outside_mark(
