@@ -136,7 +136,10 @@ MUTANTS = [
      "            Some(f) if f.lowered => None,")], None),
     ("the lease bound lets one more millisecond through", [("generator.rs",
      "        if ms > self.lease_ms {",
-     "        if ms > self.lease_ms.saturating_add(1) {")], None),
+     "        if ms > self.lease_ms.saturating_add(1) {")], None),    # Issue 50: a lease granted after its commit's wait for the synchronous standby was cancelled.
+    ("grant a lease whose synchronous wait was cancelled", [("worker.rs",
+     "        if !replicated {",
+     "        if false && !replicated {")], None),
 ]
 
 

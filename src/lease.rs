@@ -480,7 +480,8 @@ fn read_mark() -> (i64, Option<i64>) {
 /// transaction, reads the highest ID another server may have issued on our pair (see
 /// [`crate::core::fleet::handover_floor`]) and the mark, so that no lease is ever written without
 /// having looked, then writes the lease and records it in this server's claim; grants it once
-/// the commit has returned.
+/// the commit has returned and, where it waits for synchronous standbys, they have confirmed it
+/// (a cancel or a terminate ends PostgreSQL's wait, not ours: [`crate::syncrep`]).
 fn renew(worker: &mut Worker, settings: &Settings, now_ms: u64) {
     // An error in the transaction ends the worker, and the protocol's state with it.
     let mut protocol = AssertUnwindSafe(&mut *worker);
@@ -535,6 +536,7 @@ fn renew(worker: &mut Worker, settings: &Settings, now_ms: u64) {
         (plan, Some((written, found)), version)
     });
     if let (Some(write), Some((written, found))) = (plan.write, written) {
+        let replicated = crate::syncrep::last_commit_replicated();
         let mut g = GENERATOR.exclusive();
         // What the Citus nodes read follows the lease at once, as the row does (its version stays
         // the refresh's).
@@ -548,9 +550,24 @@ fn renew(worker: &mut Worker, settings: &Settings, now_ms: u64) {
             found,
             version.0,
             version.1,
+            replicated,
             settings,
             &mut g.state,
         );
+        drop(g);
+        if !replicated {
+            // Committed here only: no ID under this lease until the standbys have it, or a
+            // failover to one of them would issue them again.
+            errors::report(
+                PgLogLevel::WARNING,
+                PgSqlErrorCode::ERRCODE_WARNING,
+                "snowflake: the lease worker's commit returned before the synchronous standbys confirmed it; no ID is issued under the new lease until they have".into(),
+                Some("Its wait for synchronous replication was cancelled or terminated. The worker waits for the standbys itself; a terminate ends it, and a cancel of that wait raises an error.".into()),
+                None,
+            );
+            crate::syncrep::wait_for_last_commit();
+            worker.replicated(&mut GENERATOR.exclusive().state);
+        }
     }
     // Written, or a mark followed without a write: the errors name its epoch.
     GENERATOR.exclusive().recorded_epoch_ms = worker.recorded_epoch_ms();

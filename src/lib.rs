@@ -19,6 +19,7 @@ mod lease;
 mod partitions;
 mod session;
 mod status;
+mod syncrep;
 
 // The magic block says which server the library was built for. From PostgreSQL 18 it also
 // carries a name and a version that `pg_get_loaded_modules()` shows. pgrx 0.18.1's bare

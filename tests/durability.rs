@@ -608,3 +608,152 @@ fn restored_dump_never_lowers_the_floor(format: &str) {
     c.sql("INSERT INTO t (payload) VALUES ('after the crash')");
     assert_all_above(&c, floor, "after the crash");
 }
+
+/// Issue 50, item 1: the lease worker's commit waits for the synchronous standby, and a cancel
+/// (or a terminate) of that wait makes PostgreSQL return the commit with a WARNING, committed
+/// locally only. No ID may be issued under such a lease: after a failover to the standby (its
+/// clock 8 s behind, so that it issues in the old server's milliseconds) no ID repeats.
+fn failover_after_the_workers_synchronous_wait_is_interrupted(how: &str) {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let mut primary = Cluster::new(
+        &format!("sync-{how}-primary"),
+        "snowflake.datacenter_id = 1\nsnowflake.worker_id = 1\nwal_level = replica",
+    );
+    primary.start();
+    primary.sql("CREATE EXTENSION snowflake");
+    let mut standby = Cluster::standby_of(&primary, &format!("sync-{how}-s1"));
+    // The walreceiver's application_name, which synchronous_standby_names lists.
+    standby.conf("cluster_name = 's1'");
+    standby.fake_time(Some("-8s"));
+    standby.start();
+    assert!(
+        standby.clock_offset_s() < -7.0,
+        "standby clock is not behind"
+    );
+    primary.sql("ALTER SYSTEM SET synchronous_standby_names = 's1'");
+    primary.sql("SELECT pg_reload_conf()");
+    primary.wait_for(
+        "SELECT string_agg(application_name || ':' || sync_state, ',') FROM pg_stat_replication",
+        "s1:sync",
+        30,
+    );
+    let walsender =
+        primary.sql_i64("SELECT pid FROM pg_stat_replication WHERE application_name = 's1'");
+    let signal = |sig: &str| {
+        let ok = std::process::Command::new("kill")
+            .args([sig, &walsender.to_string()])
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "kill {sig} {walsender}");
+    };
+    // Only the worker's own commits wait for the standby: the load reads IDs, it writes nothing.
+    let ids = |c: &Cluster| -> Result<Vec<i64>, String> {
+        c.try_sql("SELECT snowflake_nextval() FROM generate_series(1, 1000)")
+            .map(|out| out.lines().map(|l| l.parse().unwrap()).collect())
+            .map_err(|e| e.message)
+    };
+    assert_eq!(ids(&primary).unwrap().len(), 1000);
+    let ours = "before the synchronous standbys confirmed it";
+    let stop = AtomicBool::new(false);
+    let (old, signalled) = thread::scope(|scope| {
+        let loads: Vec<_> = (0..2)
+            .map(|_| {
+                scope.spawn(|| {
+                    let mut got = Vec::new();
+                    while !stop.load(Ordering::Relaxed) {
+                        // Waiting for a lease ends in an error (55000) after 10 s: tried again.
+                        got.extend(ids(&primary).unwrap_or_default());
+                    }
+                    got
+                })
+            })
+            .collect();
+        assert!(common::eventually(30, || primary
+            .sql_i64("SELECT ids_issued FROM snowflake_stats()")
+            > 20_000));
+        // The standby is unreachable from here on: every lease commit waits on SyncRep.
+        signal("-STOP");
+        // Each time the worker waits there, it is interrupted, until it says it waits for the
+        // standby itself (the fix) or five waits were interrupted (the old grant: each one let
+        // a lease through).
+        let mut signalled = 0;
+        let until = std::time::Instant::now() + Duration::from_secs(60);
+        while signalled < 5 && !primary.log().contains(ours) {
+            assert!(
+                std::time::Instant::now() < until,
+                "the worker never waited on SyncRep"
+            );
+            let hit = primary.sql(&format!(
+                "SELECT count(pg_{how}_backend(pid)) FROM pg_stat_activity \
+                  WHERE backend_type = 'snowflake lease' AND wait_event = 'SyncRep'"
+            ));
+            if hit == "1" {
+                signalled += 1;
+                // That wait has ended before the next look.
+                assert!(common::eventually(30, || primary.sql(
+                    "SELECT count(*) FROM pg_stat_activity \
+                      WHERE backend_type = 'snowflake lease' AND wait_event = 'SyncRep'"
+                ) == "0"));
+            }
+            thread::sleep(Duration::from_millis(50));
+        }
+        stop.store(true, Ordering::Relaxed);
+        let old: Vec<i64> = loads.into_iter().flat_map(|h| h.join().unwrap()).collect();
+        (old, signalled)
+    });
+    assert!(signalled >= 1);
+    assert!(
+        primary
+            .log()
+            .contains("canceling wait for synchronous replication due to user request")
+            || primary
+                .log()
+                .contains("canceling the wait for synchronous replication and terminating"),
+        "no wait for synchronous replication was interrupted:\n{}",
+        primary.log()
+    );
+    // The old primary fails; the standby never received what the walsender held.
+    standby.stop("fast");
+    signal("-CONT");
+    primary.stop("immediate");
+    standby.start();
+    standby.promote();
+    assert!(common::eventually(60, || ids(&standby).is_ok()));
+    // The promoted standby issues until it is past every ID the old primary issued: each of the
+    // old primary's milliseconds has been its own too by then.
+    let old_max = old.iter().copied().max().unwrap();
+    let old: std::collections::HashSet<i64> = old.into_iter().collect();
+    let mut new = Vec::new();
+    let until = std::time::Instant::now() + Duration::from_secs(90);
+    while new.last().is_none_or(|&id| id <= old_max) {
+        assert!(
+            std::time::Instant::now() < until,
+            "the promoted standby did not pass the old primary's IDs"
+        );
+        new.extend(ids(&standby).unwrap());
+    }
+    let equal = new.iter().filter(|id| old.contains(id)).count();
+    eprintln!(
+        "pg_{how}_backend interrupted {signalled} waits; the old primary issued {} IDs, the promoted standby {}, equal: {equal}",
+        old.len(),
+        new.len()
+    );
+    assert_eq!(
+        equal,
+        0,
+        "{equal} of the promoted standby's {} IDs were issued by the old primary ({} IDs, {signalled} waits interrupted by pg_{how}_backend)",
+        new.len(),
+        old.len()
+    );
+}
+
+#[test]
+fn failover_after_a_cancel_of_the_workers_synchronous_wait_repeats_nothing() {
+    failover_after_the_workers_synchronous_wait_is_interrupted("cancel");
+}
+
+#[test]
+fn failover_after_a_terminate_of_the_workers_synchronous_wait_repeats_nothing() {
+    failover_after_the_workers_synchronous_wait_is_interrupted("terminate");
+}

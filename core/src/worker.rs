@@ -27,9 +27,12 @@
 //!    mark is written as the greatest of the lease, the worker's own value and what is there.
 //!    A value the write finds that is not the one the look read was set by someone else in
 //!    between (a sequence is not transactional): it is followed as a floor too, before the grant.
-//! 5. **A lease is granted only once its transaction has committed** (flushed, and received by a
-//!    synchronous standby): [`Worker::renew_committed`] grants it, or holds it for the next
-//!    refresh (rule 7).
+//! 5. **A lease is granted only once its transaction has committed** (flushed, and received by the
+//!    synchronous standbys where the commit waits for them): [`Worker::renew_committed`] grants
+//!    it, or holds it for the next refresh (rule 7). A commit that returned without the standbys'
+//!    confirmation (its wait was cancelled: PostgreSQL says it committed locally and may not have
+//!    been replicated) grants nothing until they have confirmed it ([`Worker::replicated`]): a
+//!    failover to such a standby would continue below the lease.
 //! 6. **The fleet check's cycle** ([`Worker::claim_row`], then [`Worker::refreshed`]): the claim
 //!    written carries the highest ID that may have been issued and the pairs left (those this
 //!    worker knows merged in: a restored older row must not erase one); then the claims and
@@ -253,6 +256,9 @@ pub struct Worker {
     claim_written_at: Option<u64>,
     /// A lease committed while the claim was silent, granted once a refresh finds no conflict.
     held: Option<LeaseWrite>,
+    /// A lease committed here but not yet confirmed by the synchronous standbys (rule 5), and
+    /// whether the claim was silent at its commit: granted by [`Worker::replicated`].
+    unreplicated: Option<(LeaseWrite, bool)>,
 }
 
 impl Worker {
@@ -311,6 +317,7 @@ impl Worker {
             start_floor_ms: floor.max(claimed_ms),
             claim_written_at: None,
             held: None,
+            unreplicated: None,
         };
         (worker, below)
     }
@@ -571,6 +578,8 @@ impl Worker {
         settings: &Settings,
         state: &mut State,
     ) -> RenewPlan {
+        // A lease still awaiting the standbys is superseded: this renewal writes above it.
+        self.unreplicated = None;
         if let Some(id) = handover_id {
             state.raise_floor(decompose(id).map(|p| p.ms).unwrap_or(0));
         }
@@ -610,9 +619,13 @@ impl Worker {
     /// `written_unix_ms` (where the write found `found`: the mark and the epoch recorded beside
     /// it), and this server's own claim
     /// was `claim_before` and is now
-    /// `claim_written` (its stamp). Grants the lease, unless this server's claim had not been
+    /// `claim_written` (its stamp); `replicated` says whether the commit is where the docs say a
+    /// lease is: received by the synchronous standbys where the commit waits for them (or no
+    /// such wait). Grants the lease, unless this server's claim had not been
     /// written for so long that a peer may have taken it for gone (rule 7): then the lease is
-    /// held until the next refresh has looked at the claims. Returns whether it was granted.
+    /// held until the next refresh has looked at the claims. A commit not replicated grants
+    /// nothing: [`Worker::replicated`] does once the standbys have confirmed it. Returns whether
+    /// it was granted.
     #[allow(clippy::too_many_arguments)]
     pub fn renew_committed(
         &mut self,
@@ -622,6 +635,7 @@ impl Worker {
         found: (i64, Option<i64>),
         claim_before: Option<Claim>,
         claim_written: Option<Claim>,
+        replicated: bool,
         settings: &Settings,
         state: &mut State,
     ) -> bool {
@@ -644,6 +658,34 @@ impl Worker {
             self.copies.wrote(&stamp);
             self.claim_written_at = Some(now_ms);
         }
+        if !replicated {
+            // Committed here only (a cancelled wait for the synchronous standbys): the mark and
+            // the claim are the worker's own now (above), but no ID may use the lease before a
+            // failover would find it.
+            self.unreplicated = Some((*write, silent));
+            return false;
+        }
+        self.settle(write, silent, state)
+    }
+
+    /// The synchronous standbys have confirmed the commit of the lease that
+    /// [`Worker::renew_committed`] left unreplicated (rule 5): granted now, or held as rule 7 says
+    /// if the claim was silent at its commit. Returns whether it was granted (false too when no
+    /// lease awaits them).
+    pub fn replicated(&mut self, state: &mut State) -> bool {
+        match self.unreplicated.take() {
+            Some((write, silent)) => self.settle(&write, silent, state),
+            None => false,
+        }
+    }
+
+    /// Whether a committed lease awaits the synchronous standbys' confirmation.
+    pub fn awaits_standbys(&self) -> bool {
+        self.unreplicated.is_some()
+    }
+
+    /// Grants a lease whose commit is where the docs say, or holds it (rule 7).
+    fn settle(&mut self, write: &LeaseWrite, silent: bool, state: &mut State) -> bool {
         if silent {
             self.held = Some(*write);
             self.claimed_at = None;
@@ -779,6 +821,7 @@ mod tests {
             (found, write.looked_epoch_ms),
             None,
             None,
+            true,
             &settings(),
             s,
         )
@@ -1135,6 +1178,78 @@ mod tests {
         assert_eq!(w.mark_read(EPOCH + 60_000, Some(EPOCH), &mut s).found, None);
     }
 
+    #[test]
+    fn a_lease_the_synchronous_standbys_have_not_confirmed_is_not_granted() {
+        // Its commit returned after a cancel of its wait: committed here, the mark the worker's
+        // own, but no ID under it until the standbys confirm it.
+        let (mut s, mut w, write) = first_lease_at_20s();
+        let written = write.mark_unix_ms;
+        let found = (write.looked_unix_ms, write.looked_epoch_ms);
+        let granted = w.renew_committed(
+            1,
+            &write,
+            written,
+            found,
+            None,
+            None,
+            false,
+            &settings(),
+            &mut s,
+        );
+        assert!(!granted);
+        assert!(w.awaits_standbys());
+        assert_eq!(s.lease(), Some(0));
+        assert_eq!(w.mark_read(written, Some(EPOCH), &mut s).found, None);
+        // Confirmed: granted.
+        assert!(w.replicated(&mut s));
+        assert_eq!(s.lease(), Some(write.lease_ms));
+        assert!(!w.replicated(&mut s));
+        // A later renewal supersedes one still waiting: its confirmation grants nothing.
+        let (mut s, mut w, write) = first_lease_at_20s();
+        let found = (write.looked_unix_ms, write.looked_epoch_ms);
+        w.renew_committed(
+            1,
+            &write,
+            write.mark_unix_ms,
+            found,
+            None,
+            None,
+            false,
+            &settings(),
+            &mut s,
+        );
+        w.renew_read(
+            EPOCH + 20_000,
+            None,
+            write.mark_unix_ms,
+            Some(EPOCH),
+            &settings(),
+            &mut s,
+        );
+        assert!(!w.awaits_standbys());
+        assert!(!w.replicated(&mut s));
+        assert_eq!(s.lease(), Some(0));
+        // A commit that waited past the claim's expiry (less a refresh): confirmed, the lease is
+        // still held for the refresh.
+        let (mut s, mut w, write) = first_lease_at_20s();
+        let found = (write.looked_unix_ms, write.looked_epoch_ms);
+        w.renew_committed(
+            20_000,
+            &write,
+            write.mark_unix_ms,
+            found,
+            None,
+            None,
+            false,
+            &settings(),
+            &mut s,
+        );
+        assert!(!w.replicated(&mut s));
+        assert_eq!(s.lease(), Some(0));
+        w.refreshed(20_001, refreshed(vec![]), &settings(), &mut s);
+        assert_eq!(s.lease(), Some(write.lease_ms));
+    }
+
     /// A worker started on a mark at 1 s, its claims looked at, planning its first lease at 20 s.
     fn first_lease_at_20s() -> (State, Worker, LeaseWrite) {
         first_lease_at_20s_from(&at(1_000, 0))
@@ -1257,6 +1372,7 @@ mod tests {
             (EPOCH + 25_000, Some(EPOCH - day)),
             None,
             None,
+            true,
             &settings(),
             &mut s,
         );
@@ -1274,6 +1390,7 @@ mod tests {
             found,
             None,
             None,
+            true,
             &settings(),
             &mut s,
         );

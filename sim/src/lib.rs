@@ -128,6 +128,11 @@ pub enum Ev {
     /// The claims path from the first server to the second relays (`origin = any`), or no
     /// longer does.
     Relay(u8, u8, bool),
+    /// The server's lease worker is cancelled (`pg_cancel_backend`, or a terminate) while its
+    /// lease commit waits for the synchronous standby (`Freeze(.., true)`): PostgreSQL ends the
+    /// wait, the commit is the server's and not the standby's until the standby is reachable
+    /// again, and a failover to the standby (`Rewind(s, 0)`) meanwhile lacks it.
+    Cancel(u8),
 }
 
 /// The kinds of events, in `Ev`'s order; the first `CLASSIC` were the world's before slews,
@@ -370,6 +375,9 @@ struct Server {
     frozen_until: u64,
     /// Its lease commits wait until then.
     commits_wait_until: u64,
+    /// What its synchronous standby has while it lacks a lease commit whose wait was cancelled
+    /// (until the standby is reachable again, `commits_wait_until`).
+    standby_db: Option<Db>,
     /// When its own claim was last written (a refresh, or a lease's stamp).
     claim_written_t: u64,
     /// Set when a lease was committed after its claim had gone unwritten for the expiry less a
@@ -488,6 +496,7 @@ impl World {
                 mark_floor_ms: 0,
                 frozen_until: 0,
                 commits_wait_until: 0,
+                standby_db: None,
                 claim_written_t: 0,
                 silent_grant_above: None,
             });
@@ -898,6 +907,20 @@ impl World {
             if !s.up || s.pending.is_some() || s.worker.is_none() || self.t < s.frozen_until {
                 return;
             }
+        }
+        {
+            // A lease whose commit's wait was cancelled: the glue waits until the synchronous
+            // standby has it, then the worker grants it.
+            let t = self.t;
+            let s = &mut self.servers[i];
+            let w = s.worker.as_mut().expect("a worker");
+            if w.awaits_standbys() {
+                if t < s.commits_wait_until {
+                    return;
+                }
+                w.replicated(&mut s.shm);
+            }
+            let s = &self.servers[i];
             if self.t < s.nap_until && !s.shm.lease_wanted() {
                 return;
             }
@@ -1028,13 +1051,37 @@ impl World {
 
     /// The pending lease commit is flushed: the mark and the claim written, then the grant.
     fn flush(&mut self, i: usize) {
-        let Some(Pending { write }) = self.servers[i].pending else {
-            return;
-        };
         let s = &self.servers[i];
         if self.t < s.frozen_until.max(s.commits_wait_until) {
             return;
         }
+        self.land(i, true);
+    }
+
+    /// The pending lease commit's wait for the synchronous standby is cancelled: committed here,
+    /// not on the standby, and the worker told so.
+    fn cancel(&mut self, i: usize) {
+        let s = &self.servers[i];
+        if s.pending.is_none() || self.t < s.frozen_until || self.t >= s.commits_wait_until {
+            return;
+        }
+        let s = &mut self.servers[i];
+        if s.standby_db.is_none() {
+            s.standby_db = Some(
+                s.history
+                    .back()
+                    .map_or_else(|| s.db.clone(), |h| h.1.clone()),
+            );
+        }
+        self.land(i, false);
+    }
+
+    /// The pending lease commit lands here: the mark and the claim written, then the worker told
+    /// whether the synchronous standby has it too.
+    fn land(&mut self, i: usize, replicated: bool) {
+        let Some(Pending { write }) = self.servers[i].pending else {
+            return;
+        };
         let mono = self.mono(i);
         let version = self.next_version();
         let s = &mut self.servers[i];
@@ -1084,6 +1131,7 @@ impl World {
             found,
             before.map(|r| r.claim),
             stamp.map(|r| r.claim),
+            replicated,
             &settings,
             &mut s.shm,
         );
@@ -1273,6 +1321,15 @@ impl World {
     /// Performs one event.
     pub fn step(&mut self, ev: Ev) -> Result<(), Violation> {
         self.steps += 1;
+        // A standby reachable again has received what it lacked.
+        let t = self.t;
+        for s in self
+            .servers
+            .iter_mut()
+            .filter(|s| t >= s.commits_wait_until)
+        {
+            s.standby_db = None;
+        }
         let n = self.servers.len();
         let at = |x: u8| x as usize % n;
         match ev {
@@ -1310,6 +1367,7 @@ impl World {
             }
             Ev::Tick(i) => self.tick(at(i)),
             Ev::Flush(i) => self.flush(at(i)),
+            Ev::Cancel(i) => self.cancel(at(i)),
             Ev::Step(i, d) => {
                 let s = &mut self.servers[at(i)];
                 s.offset_ms += d;
@@ -1414,7 +1472,12 @@ impl World {
                 let old_mark = s.db.mark - s.db.mark_epoch.unwrap_or(s.epoch);
                 // The old server's last IDs, as its tables (or a replica of them) show them.
                 let last_id = self.lineage_max[s.lineage];
-                let db = s.history[len - 1 - back].1.clone();
+                // A synchronous standby lacks a commit whose wait was cancelled, and the DBA,
+                // trusting it, runs no remedy.
+                let db = match (&s.standby_db, back) {
+                    (Some(db), 0) => db.clone(),
+                    _ => s.history[len - 1 - back].1.clone(),
+                };
                 self.note_restored_claims(i, &db);
                 // The old server is gone (fenced); its undelivered claims with it.
                 self.crash(i);
@@ -1438,6 +1501,7 @@ impl World {
                 }
                 s.db = db;
                 s.history.clear();
+                s.standby_db = None;
                 // The old server's floors are the remedy's; a recovery to an earlier point has
                 // the transactions prepared then, which this world does not keep.
                 s.mark_floor_ms = 0;
@@ -1511,6 +1575,7 @@ impl World {
         for s in self.servers.iter_mut() {
             s.frozen_until = 0;
             s.commits_wait_until = 0;
+            s.standby_db = None;
             s.rate_ppm = 0;
         }
         // Every path direct (`origin = none`), as the docs set a mesh up.
@@ -1739,6 +1804,22 @@ pub fn schedule(seed: u64) -> (Knobs, Vec<Ev>) {
             _ => Ev::Relay(srv(&mut r), srv(&mut r), r.chance(700)),
         };
         events.push(ev);
+    }
+    // Cancelled synchronous waits (issue 50) are put among those events from a stream of their
+    // own, in half the schedules, as rare or frequent as the others: the events drawn above stay
+    // what they were, seed for seed (and a cancel does nothing unless a commit waits for the
+    // synchronous standby).
+    let mut later = Prng::new(seed ^ 0x0050_ca9c_e1ed_5a1c);
+    if later.chance(500) {
+        let per_mille = u64::from(swarm(&mut later));
+        let mut with = Vec::with_capacity(events.len());
+        for ev in events {
+            if later.below(1000) < per_mille {
+                with.push(Ev::Cancel(srv(&mut later)));
+            }
+            with.push(ev);
+        }
+        events = with;
     }
     (knobs, events)
 }
