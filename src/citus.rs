@@ -441,6 +441,7 @@ pub fn peers(now_ms: u64, me: i64) -> Peers {
         end_lsn: (rounds > 0).then_some(rounds as i64),
         // Asked directly: any round since the worker started is fresh.
         publisher_end: Some(1),
+        limited: true,
         relays: false,
     });
     let mut peers = Peers {

@@ -251,6 +251,7 @@ fn read_paths() -> Vec<PathReading> {
                     .unwrap_or('?'),
                 end_lsn: row.get::<i64>(7).ok().flatten(),
                 publisher_end: None,
+                limited: false,
                 relays: row.get::<bool>(8).ok().flatten().unwrap_or(true),
             })
             .collect()

@@ -731,10 +731,10 @@ pub extern "C-unwind" fn snowflake_lease_worker_main(_arg: pg_sys::Datum) {
                             PgLogLevel::WARNING,
                             PgSqlErrorCode::ERRCODE_WARNING,
                             format!(
-                                "snowflake: subscriptions {} carry _snowflake.claims here but were disabled, or had not copied the claims, at the start: IDs are issued without waiting for them",
+                                "snowflake: IDs are issued without waiting for {}, which carry other servers' claims here",
                                 unproven.join(", ")
                             ),
-                            Some("A server that took this server's pair meanwhile is seen only once such a subscription brings its claim.".into()),
+                            Some(format!("A subscription disabled, or whose copy of _snowflake.claims was not done, at the start is not waited for, nor a Citus node that did not answer within {} s; a server that took this server's pair meanwhile is seen only once its claim arrives.", crate::core::fleet::CATCH_UP_LIMIT_MS / 1000)),
                             Some("Disable a claims subscription only for a server that is gone for good, and retire its claim."),
                         )
                     }

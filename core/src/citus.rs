@@ -267,6 +267,7 @@ impl NodeAnswers {
                     end_lsn: (n.answers > 0).then_some(n.answers as i64),
                     // Asked directly: any answer since the worker started is fresh.
                     publisher_end: Some(1),
+                    limited: true,
                     relays: false,
                 }
             })

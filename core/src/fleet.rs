@@ -351,6 +351,10 @@ pub struct PathReading {
     /// everything committed there before is at or below it. `None` where it was not asked or did
     /// not answer (a publisher down or unreachable).
     pub publisher_end: Option<i64>,
+    /// Whether the start's gate waits for it at most `CATCH_UP_LIMIT_MS` (a Citus node: its pair
+    /// is its Citus group, which Citus gives no other node, so a node that does not answer holds
+    /// no start back for long).
+    pub limited: bool,
     /// Whether it takes changes whatever server they came from (`origin = any`, PostgreSQL 16 and
     /// later; always so before 16): claims its publisher received from a third server would
     /// arrive relayed, proven only as far as that publisher.
@@ -387,7 +391,8 @@ pub const CATCH_UP_LIMIT_MS: u64 = MIN_EXPIRY_MS;
 /// waits for has moved for `CATCH_UP_LIMIT_MS`: a publisher that cannot be asked or sends
 /// nothing (down, unreachable), an apply worker that does not apply. A path disabled, or with
 /// its copy of the claims not ready, at the first reading is not waited for (it cannot catch
-/// up soon; `unproven` names it). A server without paths has caught up at once. Once every
+/// up soon; `unproven` names it), nor a Citus node (`PathReading::limited`) past
+/// `CATCH_UP_LIMIT_MS`. A server without paths has caught up at once. Once every
 /// path has, it stays so: this is about the start.
 #[derive(Clone, Debug, Default)]
 pub struct CatchUp {
@@ -407,6 +412,8 @@ struct Gate {
     caught_up: bool,
     /// Disabled, or its copy not ready, at the first reading: not waited for.
     unproven: bool,
+    /// Waited for at most `CATCH_UP_LIMIT_MS` (`PathReading::limited`), from its first reading.
+    limited_since: Option<u64>,
 }
 
 impl CatchUp {
@@ -432,6 +439,7 @@ impl CatchUp {
                         moved_at: now_ms,
                         caught_up: false,
                         unproven: !r.enabled || !copied(r.table_state),
+                        limited_since: r.limited.then_some(now_ms),
                     });
                     self.paths.len() - 1
                 }
@@ -452,6 +460,11 @@ impl CatchUp {
             let applying = r.enabled && r.apply_pid.is_some() && copied(r.table_state);
             if applying && g.target.is_some_and(|t| r.end_lsn.is_some_and(|e| e >= t)) {
                 g.caught_up = true;
+            }
+            if g.limited_since
+                .is_some_and(|t| now_ms.saturating_sub(t) >= CATCH_UP_LIMIT_MS)
+            {
+                g.unproven = true;
             }
             all &= g.caught_up || g.unproven;
         }
@@ -477,7 +490,8 @@ impl CatchUp {
             .collect()
     }
 
-    /// The paths not waited for (disabled, or their copy not ready, at the first reading).
+    /// The paths not waited for (disabled, or their copy not ready, at the first reading; a
+    /// limited path past its limit).
     pub fn unproven(&self) -> Vec<&str> {
         self.paths
             .iter()
@@ -1032,6 +1046,7 @@ mod tests {
             table_state: 'r',
             end_lsn: Some(100),
             publisher_end: None,
+            limited: false,
             relays: false,
         }
     }
@@ -1113,6 +1128,16 @@ mod tests {
         assert!(!c.observe(0, &[synced(None, None, Some(7))]));
         assert!(!c.observe(1, &[synced(None, None, None)]));
         assert!(c.observe(2, &[synced(Some(60), Some(60), Some(8))]));
+        // A Citus node that does not answer holds the start back at most the limit.
+        let node = PathReading {
+            limited: true,
+            ..at(None, Some(1), None)
+        };
+        let mut c = CatchUp::default();
+        assert!(!c.observe(0, std::slice::from_ref(&node)));
+        assert!(!c.observe(CATCH_UP_LIMIT_MS - 1, std::slice::from_ref(&node)));
+        assert!(c.observe(CATCH_UP_LIMIT_MS, std::slice::from_ref(&node)));
+        assert_eq!(c.unproven(), vec!["claims_from_b"]);
         // And the fleet check takes it for a copied table.
         let mut w = PathWatch::default();
         w.observe(0, vec![synced(Some(1), None, Some(7))]);

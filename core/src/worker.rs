@@ -778,6 +778,7 @@ mod tests {
             table_state: 'r',
             end_lsn: Some(end),
             publisher_end: Some(6),
+            limited: false,
             relays: false,
         }
     }

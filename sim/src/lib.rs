@@ -657,6 +657,7 @@ impl World {
                     publisher_end: self.servers[from]
                         .up
                         .then_some(p.delivered + p.queue.len() as i64),
+                    limited: false,
                     relays: p.relays,
                 });
             }
