@@ -127,7 +127,11 @@ MUTANTS = [
      "so a claim never observed is never asked about (core::fleet's own test pins the rule)"),
     ("claims are never stale while a path fails", [("fleet.rs",
      "            .any(|p| p.last.relays || Self::failing(p, now_ms))",
-     "            .any(|p| p.last.relays && Self::failing(p, now_ms))")], None),
+     "            .any(|p| p.last.relays && Self::failing(p, now_ms))")],
+     "not reached within the budget since the start's gate waits for the publisher's end of WAL "
+     "(found at seed 16395, just past it; it was within it before): a failing path must now also "
+     "outlast a start; core::fleet's test a_path_that_applies_proves_itself_after_the_smallest_"
+     "expiry pins the rule"),
     ("the refresh never refuses", [("worker.rs",
      "        state.set_refused(found.is_some());",
      "        state.set_refused(false);")], None),
