@@ -130,8 +130,8 @@ MUTANTS = [
      "            .any(|p| p.last.relays && Self::failing(p, now_ms))")],
      "not reached within the budget since the start's gate waits for the publisher's end of WAL "
      "(found at seed 16395, just past it; it was within it before): a failing path must now also "
-     "outlast a start; core::fleet's test a_path_that_applies_proves_itself_after_the_smallest_"
-     "expiry pins the rule"),
+     "outlast a start; core::fleet's test a_bad_reading_holds_expiry_back_for_the_smallest_expiry "
+     "pins the rule"),
     ("the refresh never refuses", [("worker.rs",
      "        state.set_refused(found.is_some());",
      "        state.set_refused(false);")], None),
