@@ -1308,6 +1308,8 @@ impl World {
         s.lives = vec![lineage];
         s.copy = true;
         s.remedy = None;
+        // The machine's standby was the old server's: the copy has none of its own yet.
+        s.standby_db = None;
         s.lowered_unseen = false;
         s.last_issued_at = None;
         s.looked_at.clear();
