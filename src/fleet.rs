@@ -266,12 +266,20 @@ pub fn paths_now(now_ms: u64) -> Vec<PathReading> {
     let mut paths = BackgroundWorker::transaction(|| {
         let mut paths = read_paths();
         for p in paths.iter_mut().filter(|p| p.enabled) {
-            p.publisher_end = ASKED.with(|a| a.borrow().get(&p.subscription).copied());
-            if p.publisher_end.is_none() {
+            let (answer, last_ask) = ASKED.with(|a| {
+                a.borrow()
+                    .get(&p.subscription)
+                    .copied()
+                    .unwrap_or((None, None))
+            });
+            p.publisher_end = answer;
+            // Once a second at most: each ask is a connection (and a walsender) there.
+            if answer.is_none() && last_ask.is_none_or(|t| now_ms.saturating_sub(t) >= 1000) {
                 p.publisher_end = publisher_end(&p.subscription);
-                if let Some(end) = p.publisher_end {
-                    ASKED.with(|a| a.borrow_mut().insert(p.subscription.clone(), end));
-                }
+                ASKED.with(|a| {
+                    a.borrow_mut()
+                        .insert(p.subscription.clone(), (p.publisher_end, Some(now_ms)))
+                });
             }
         }
         paths
@@ -281,8 +289,11 @@ pub fn paths_now(now_ms: u64) -> Vec<PathReading> {
 }
 
 thread_local! {
-    /// The publishers' answers, by subscription, in this life of the worker.
-    static ASKED: std::cell::RefCell<std::collections::HashMap<String, i64>> = Default::default();
+    /// The publishers' answers, by subscription, in this life of the worker, and when each was
+    /// last asked (the worker's monotonic ms).
+    #[allow(clippy::type_complexity)]
+    static ASKED: std::cell::RefCell<std::collections::HashMap<String, (Option<i64>, Option<u64>)>> =
+        Default::default();
 }
 
 /// The end of WAL of the publisher of subscription `name` (of this database), asked over the
@@ -301,6 +312,14 @@ fn publisher_end(name: &str) -> Option<i64> {
     )
     .ok()
     .flatten()?;
+    // A publisher that accepts the connection and never answers must not hold the worker (and
+    // its gate's WARNING) for the system's TCP timeout.
+    let conninfo = if conninfo.starts_with("postgres://") || conninfo.starts_with("postgresql://") {
+        let sep = if conninfo.contains('?') { '&' } else { '?' };
+        format!("{conninfo}{sep}connect_timeout=5")
+    } else {
+        format!("{conninfo} connect_timeout=5")
+    };
     let conninfo = std::ffi::CString::new(conninfo).ok()?;
     // SAFETY: PostgreSQL's own walreceiver library, loaded as the apply workers load it; its
     // functions report failures in their results (`err`, `status`), not as errors.
@@ -322,7 +341,9 @@ fn publisher_end(name: &str) -> Option<i64> {
         let mut types = [pg_sys::INT8OID];
         let res = f.walrcv_exec?(
             conn,
-            c"SELECT (pg_catalog.pg_current_wal_flush_lsn() OPERATOR(pg_catalog.-) '0/0'::pg_catalog.pg_lsn)::pg_catalog.int8".as_ptr(),
+            // A publisher that is a standby (logical decoding on a standby, 16 and later) has
+            // no flush position of its own: what it has replayed is what it can send.
+            c"SELECT ((CASE WHEN pg_catalog.pg_is_in_recovery() THEN pg_catalog.pg_last_wal_replay_lsn() ELSE pg_catalog.pg_current_wal_flush_lsn() END) OPERATOR(pg_catalog.-) '0/0'::pg_catalog.pg_lsn)::pg_catalog.int8".as_ptr(),
             1,
             types.as_mut_ptr(),
         );

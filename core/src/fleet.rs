@@ -438,7 +438,9 @@ impl CatchUp {
                         end: None,
                         moved_at: now_ms,
                         caught_up: false,
-                        unproven: !r.enabled || !copied(r.table_state),
+                        // A subscription that lists no table here (`'?'`) may carry the claims
+                        // unseen (pg_upgrade before 17 drops the list): waited for like any.
+                        unproven: !r.enabled || !(copied(r.table_state) || r.table_state == '?'),
                         limited_since: r.limited.then_some(now_ms),
                     });
                     self.paths.len() - 1
@@ -457,7 +459,9 @@ impl CatchUp {
                     g.moved_at = now_ms;
                 }
             }
-            let applying = r.enabled && r.apply_pid.is_some() && copied(r.table_state);
+            let applying = r.enabled
+                && r.apply_pid.is_some()
+                && (copied(r.table_state) || r.table_state == '?');
             if applying && g.target.is_some_and(|t| r.end_lsn.is_some_and(|e| e >= t)) {
                 g.caught_up = true;
             }
@@ -1128,6 +1132,15 @@ mod tests {
         assert!(!c.observe(0, &[synced(None, None, Some(7))]));
         assert!(!c.observe(1, &[synced(None, None, None)]));
         assert!(c.observe(2, &[synced(Some(60), Some(60), Some(8))]));
+        // A subscription that lists no table here may carry the claims unseen: waited for.
+        let unlisted = |end: Option<i64>| PathReading {
+            table_state: '?',
+            ..at(end, Some(60), Some(8))
+        };
+        let mut c = CatchUp::default();
+        assert!(!c.observe(0, &[unlisted(Some(10))]));
+        assert!(c.unproven().is_empty());
+        assert!(c.observe(1, &[unlisted(Some(60))]));
         // A Citus node that does not answer holds the start back at most the limit.
         let node = PathReading {
             limited: true,
