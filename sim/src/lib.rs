@@ -920,6 +920,11 @@ impl World {
                     return;
                 }
                 w.replicated(&mut s.shm);
+                // A restore that lowered the mark while the lease waited leaves it below what
+                // may be issued now, as one right after a grant does (the docs' limit of
+                // restoring `_snowflake`: the next look writes it back).
+                let db = s.db.clone();
+                s.lowered_unseen |= s.lowered_by(&db);
             }
             let s = &self.servers[i];
             if self.t < s.nap_until && !s.shm.lease_wanted() {
