@@ -190,12 +190,14 @@ enum Kind {
 /// server.
 #[derive(Clone, Copy)]
 enum TextCheck {
-    /// Any text: the lease worker reports a database that does not exist.
+    /// Any text.
     Any,
     /// `epoch_of`: from 1970 on, and its 41 bits not used up.
     Epoch,
     /// One of `PairSource::NAMES`.
     PairSource,
+    /// A database's name: not empty (the lease worker reports one that does not exist).
+    Database,
 }
 
 /// One setting, as it is defined, checked at start-up, and named in the typo check.
@@ -281,7 +283,7 @@ static SETTINGS: &[Setting] = &[
         context: Context::Restart,
         kind: Kind::Text {
             value: &DATABASE,
-            check: TextCheck::Any,
+            check: TextCheck::Database,
         },
     },
     Setting {
@@ -366,6 +368,23 @@ impl Setting {
                     None,
                 )
             },
+            // SAFETY: as for the epoch's hook; this one only looks at the text's length.
+            Kind::Text {
+                value,
+                check: TextCheck::Database,
+            } => unsafe {
+                GucRegistry::define_string_guc_with_hooks(
+                    name,
+                    short,
+                    long,
+                    value,
+                    context,
+                    GucFlags::empty(),
+                    Some(check_database_hook),
+                    None,
+                    None,
+                )
+            },
             // SAFETY: as for the epoch's hook; this one only compares text.
             Kind::Text {
                 value,
@@ -444,6 +463,16 @@ impl Setting {
                 TextCheck::Any => {}
                 TextCheck::Epoch => {
                     epoch_of(&text, PgLogLevel::FATAL);
+                }
+                TextCheck::Database => {
+                    if text.is_empty() {
+                        fatal(
+                            PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+                            format!("invalid value for parameter \"{}\": \"\"", self.name()),
+                            Some(DATABASE_DETAIL.into()),
+                            Some("Set it to the database where the lease worker keeps the mark (the default is postgres) in postgresql.conf (or postgresql.auto.conf) and start the server again."),
+                        );
+                    }
                 }
                 TextCheck::PairSource => {
                     if PairSource::parse(&text).is_none() {
@@ -767,6 +796,24 @@ unsafe extern "C-unwind" fn check_pair_source_hook(
     );
     refuse_in_check_hook(&detail, None)
 }
+
+/// `snowflake.database` is checked when it is set (ALTER SYSTEM, a reload): an empty name, which
+/// the next start would refuse, is refused now.
+#[pg_guard]
+unsafe extern "C-unwind" fn check_database_hook(
+    newval: *mut *mut std::ffi::c_char,
+    _extra: *mut *mut std::ffi::c_void,
+    _source: pg_sys::GucSource::Type,
+) -> bool {
+    // SAFETY: PostgreSQL passes a valid pointer to the candidate value (NULL for no value).
+    match unsafe { candidate(newval) } {
+        Some(text) if text.is_empty() => refuse_in_check_hook(DATABASE_DETAIL, None),
+        _ => true,
+    }
+}
+
+const DATABASE_DETAIL: &str =
+    "\"snowflake.database\" takes the name of the database where the lease worker keeps the high-water mark; it must not be empty.";
 
 const EPOCH_HINT: &str =
     "Use a past UTC timestamp such as '2015-01-01 00:00:00+00', or milliseconds since 1970.";

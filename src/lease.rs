@@ -636,7 +636,20 @@ fn check_mark(worker: &mut Worker) {
 #[unsafe(no_mangle)]
 pub extern "C-unwind" fn snowflake_lease_worker_main(_arg: pg_sys::Datum) {
     handle_signals();
-    connect(&config::database());
+    let database = config::database();
+    let died_connecting = {
+        let mut g = GENERATOR.exclusive();
+        std::mem::replace(&mut g.connecting, true)
+    };
+    if died_connecting {
+        wait_for_database(&database);
+    }
+    connect(&database);
+    {
+        let mut g = GENERATOR.exclusive();
+        g.connecting = false;
+        g.database_missing = false;
+    }
     let reset = forget_database_settings();
     if !crate::session::acts_as_superuser() {
         error!(
@@ -764,6 +777,58 @@ pub extern "C-unwind" fn snowflake_lease_worker_main(_arg: pg_sys::Datum) {
                 reload_if_asked();
             }
         }
+    }
+}
+
+/// How often a worker waiting for `snowflake.database` to be created looks for it.
+pub const DATABASE_RECHECK: Duration = Duration::from_secs(5);
+
+/// The last worker died while it connected to `snowflake.database`: for a database that does
+/// not exist PostgreSQL logs `FATAL: database "..." does not exist`, and the postmaster would
+/// start the worker again every second (the restart interval is fixed when the worker is
+/// registered), a FATAL a second that does not name snowflake. Instead this worker connects to no
+/// database (the shared catalogs only, as PostgreSQL's own launchers do), and looks the database
+/// up in `pg_database`: missing, it says so once, naming the setting, lets calls fail at once with
+/// the same words ([`crate::generator::database_missing`]), and looks again every
+/// `DATABASE_RECHECK`; present (created meanwhile, or the last worker died of something else),
+/// it exits, and the worker the postmaster starts a second later connects to it. A backend can
+/// connect to a database only once, so a worker that looked cannot connect itself.
+fn wait_for_database(database: &str) -> ! {
+    // SAFETY: first thing in a registered background worker with SPI access: no database, only
+    // the shared catalogs.
+    unsafe { pg_sys::BackgroundWorkerInitializeConnection(std::ptr::null(), std::ptr::null(), 0) };
+    let name = std::ffi::CString::new(database).expect("a database name has no NUL byte");
+    let mut said = false;
+    loop {
+        // SAFETY: a lookup in the shared catalog pg_database, inside a transaction.
+        let exists = BackgroundWorker::transaction(|| unsafe {
+            pg_sys::get_database_oid(name.as_ptr(), true) != pg_sys::InvalidOid
+        });
+        if exists {
+            {
+                let mut g = GENERATOR.exclusive();
+                g.connecting = false;
+                g.database_missing = false;
+            }
+            if said {
+                log!("snowflake lease worker found database \"{database}\"; it starts again to connect to it");
+            }
+            // SAFETY: ends this worker with exit code 1, which the postmaster restarts.
+            unsafe { pg_sys::proc_exit(1) };
+        }
+        if !said {
+            GENERATOR.exclusive().database_missing = true;
+            errors::report(
+                PgLogLevel::WARNING,
+                PgSqlErrorCode::ERRCODE_INVALID_CATALOG_NAME,
+                format!("snowflake: database \"{database}\" named by snowflake.database does not exist"),
+                Some(format!("The \"snowflake lease\" background worker keeps the high-water mark there: no snowflake ID is issued until it exists. The worker looks for it again every {} s.", DATABASE_RECHECK.as_secs())),
+                Some(&crate::generator::database_missing_hint(database)),
+            );
+            said = true;
+        }
+        nap(DATABASE_RECHECK);
+        reload_if_asked();
     }
 }
 

@@ -275,3 +275,51 @@ fn non_superusers_generate_ids_but_cannot_change_the_node_identity() {
     }
     assert_eq!(c.sql("SHOW snowflake.worker_id"), "6");
 }
+
+/// `snowflake.database` naming a database that does not exist: a call says so at once, naming
+/// the database, with the fix (1.6.0 waited 10 s and spoke of max_worker_processes); the lease
+/// worker says it once and looks again quietly (1.6.0's postmaster logged `FATAL: database
+/// "appdb" does not exist` every second); once the database is created, IDs are issued. An
+/// empty name is refused as it is set (and at start-up: `sql_api`'s bad settings).
+#[test]
+fn a_missing_lease_database_is_named_and_the_worker_backs_off() {
+    let mut c = Cluster::new("nodb", "snowflake.database = 'appdb'");
+    c.start();
+    c.sql("CREATE EXTENSION snowflake");
+    let asked = std::time::Instant::now();
+    let e = c.sql_err("SELECT snowflake_nextval()");
+    assert_eq!(e.sqlstate, "55000", "{}", e.raw);
+    assert!(
+        e.detail
+            .contains("snowflake.database names database \"appdb\", which does not exist"),
+        "{}",
+        e.raw
+    );
+    assert!(e.hint.contains("CREATE DATABASE appdb"), "{}", e.raw);
+    assert!(
+        asked.elapsed() < Duration::from_secs(8),
+        "said at once, not after the 10 s wait for a lease: {:?}",
+        asked.elapsed()
+    );
+    // A few seconds more: the worker looks again quietly, no FATAL a second.
+    thread::sleep(Duration::from_secs(6));
+    let log = c.log();
+    let fatals = log
+        .matches("FATAL:  database \"appdb\" does not exist")
+        .count();
+    assert!(fatals <= 1, "{fatals} FATALs:\n{log}");
+    assert_eq!(
+        log.matches(
+            "WARNING:  snowflake: database \"appdb\" named by snowflake.database does not exist"
+        )
+        .count(),
+        1,
+        "{log}"
+    );
+    let e = c.sql_err("ALTER SYSTEM SET snowflake.database = ''");
+    assert_eq!(e.sqlstate, "22023", "{}", e.raw);
+
+    c.sql("CREATE DATABASE appdb");
+    c.wait_for("SELECT snowflake_nextval() > 0 FROM (SELECT 1) s", "t", 30);
+    assert!(c.log().contains("found database \"appdb\""), "{}", c.log());
+}

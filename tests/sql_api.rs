@@ -250,6 +250,11 @@ fn bad_settings_stop_the_server_at_start() {
         "snowflake.max_clock_drift = '0'",
         "outside the valid range for parameter \"snowflake.max_clock_drift\"",
     );
+    // No database: 1.6.0 started, and its lease worker failed to connect once a second.
+    refuses_to_start(
+        "snowflake.database = ''",
+        "invalid value for parameter \"snowflake.database\": \"\"",
+    );
     // An integer in ms: the bounds in its unit, as PostgreSQL writes them.
     refuses_to_start(
         "snowflake.claim_expiry = '1s'",
