@@ -771,6 +771,7 @@ pub extern "C-unwind" fn snowflake_lease_worker_main(_arg: pg_sys::Datum) {
                     "snowflake: the system clock jumped forward by {jump} ms; IDs issued from now on carry its time, and if it is wrong they stay ahead of real time after it is corrected (see \"Clock faults\" in docs/operations.md)"
                 );
             }
+            Todo::ClockBack { steps, ms } => report_clock_back(steps, ms, settings.max_drift_ms),
             Todo::Renew => renew(&mut worker, &settings, now_ms),
             Todo::Nap(ms) => {
                 nap(Duration::from_millis(ms));
@@ -778,6 +779,24 @@ pub extern "C-unwind" fn snowflake_lease_worker_main(_arg: pg_sys::Datum) {
             }
         }
     }
+}
+
+/// The generator saw the clock go back ([`crate::core::worker::Todo::ClockBack`]): said once per
+/// step, at most once a minute, with its size, so the log shows when it happened (the 58000 of a
+/// call beyond the drift says only that the clock is behind now).
+fn report_clock_back(steps: u64, ms: u64, max_drift_ms: u64) {
+    let what = if steps == 1 {
+        format!("the system clock went back by at least {ms} ms")
+    } else {
+        format!("the system clock went back {steps} times within a minute, the latest by at least {ms} ms")
+    };
+    errors::report(
+        PgLogLevel::WARNING,
+        PgSqlErrorCode::ERRCODE_WARNING,
+        format!("snowflake: {what}"),
+        Some(format!("snowflake_nextval() saw the clock {ms} ms behind its highest reading. While it is behind by less than snowflake.max_clock_drift ({max_drift_ms} ms), IDs continue from the last one issued, dated ahead of the clock; beyond it snowflake_nextval() fails with 58000 until the clock catches up.")),
+        Some("Find what set the clock back (an NTP step, a manual date -s, a virtual machine resumed from a snapshot); see \"Clock faults\" in docs/operations.md."),
+    );
 }
 
 /// How often a worker waiting for `snowflake.database` to be created looks for it.
