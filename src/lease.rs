@@ -693,7 +693,10 @@ pub extern "C-unwind" fn snowflake_lease_worker_main(_arg: pg_sys::Datum) {
         g.awaiting_claims = worker.gated();
         (worker, below)
     };
-    log!("snowflake lease worker started; persisted high-water mark {} (Unix ms), written under the epoch {}", read.mark_unix_ms, read.recorded_epoch_ms.map_or("(not recorded)".into(), |e| e.to_string()));
+    log!(
+        "snowflake lease worker started; {}",
+        mark_text(read.mark_unix_ms, read.recorded_epoch_ms)
+    );
     if let Some(MarkBelowClaim {
         mark_unix_ms,
         claimed_ms,
@@ -779,6 +782,22 @@ pub extern "C-unwind" fn snowflake_lease_worker_main(_arg: pg_sys::Datum) {
             }
         }
     }
+}
+
+/// The persisted mark and its epoch, for the log: timestamps, with the raw values a DBA compares
+/// with `_snowflake.lease_ms` and `_snowflake.epoch_ms`; "no mark yet" on a new server.
+fn mark_text(mark_unix_ms: i64, recorded_epoch_ms: Option<i64>) -> String {
+    use crate::core::time::unix_ms_text;
+    if mark_unix_ms <= 0 {
+        return format!("no high-water mark yet (a new {SCHEMA}.lease_ms)");
+    }
+    let under = recorded_epoch_ms.map_or("an epoch that was not recorded".into(), |e| {
+        format!("the epoch {} ({e} Unix ms)", unix_ms_text(e))
+    });
+    format!(
+        "persisted high-water mark {} ({mark_unix_ms} Unix ms), written under {under}",
+        unix_ms_text(mark_unix_ms)
+    )
 }
 
 /// The generator saw the clock go back ([`crate::core::worker::Todo::ClockBack`]): said once per

@@ -364,3 +364,45 @@ fn a_clock_stepped_back_is_logged_once_with_its_size() {
         c.log()
     );
 }
+
+/// The lease worker's start says the mark as a timestamp, with its raw value, and on a new server
+/// that there is none yet (1.6.0: `persisted high-water mark 1795741346773 (Unix ms)`, and on a
+/// new server `0 (Unix ms), written under the epoch (not recorded)`).
+#[test]
+fn the_start_says_the_mark_as_a_timestamp() {
+    let mut c = Cluster::new("mark-log", "");
+    c.start();
+    c.sql("CREATE EXTENSION snowflake");
+    c.sql("SELECT snowflake_nextval()");
+    assert!(
+        c.log().contains(
+            "snowflake lease worker started; no high-water mark yet (a new _snowflake.lease_ms)"
+        ),
+        "{}",
+        c.log()
+    );
+    c.stop("fast");
+    c.start();
+    let said = "snowflake lease worker started; persisted high-water mark ";
+    assert!(
+        common::eventually(10, || c.log().contains(said)),
+        "expected {said:?} in:\n{}",
+        c.log()
+    );
+    // "2026-11-27 01:02:26.773+00 (1795741346773 Unix ms), written under the epoch ..."
+    let log = c.log();
+    let line = log.split(said).nth(1).unwrap().lines().next().unwrap();
+    let (text, rest) = line.split_once(" (").unwrap();
+    let (raw, rest) = rest.split_once(" Unix ms), ").unwrap();
+    assert_eq!(
+        c.sql(&format!(
+            "SELECT to_char(to_timestamp({raw} / 1000.0) AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.MS') || '+00'"
+        )),
+        text,
+        "{line}"
+    );
+    assert_eq!(
+        rest,
+        "written under the epoch 2010-11-04 01:42:54.657+00 (1288834974657 Unix ms)"
+    );
+}
