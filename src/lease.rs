@@ -858,7 +858,7 @@ fn wait_for_database(database: &str) -> ! {
             GENERATOR.exclusive().database_missing = true;
             errors::report(
                 PgLogLevel::WARNING,
-                PgSqlErrorCode::ERRCODE_INVALID_CATALOG_NAME,
+                PgSqlErrorCode::ERRCODE_WARNING,
                 format!("snowflake: database \"{database}\" named by snowflake.database does not exist"),
                 Some(format!("The \"snowflake lease\" background worker keeps the high-water mark there: no snowflake ID is issued until it exists. The worker looks for it again every {} s.", DATABASE_RECHECK.as_secs())),
                 Some(&crate::generator::database_missing_hint(database)),
