@@ -82,7 +82,8 @@ unsafe extern "C-unwind" fn nextval_slow(first: &Option<Result<Step, GenError>>)
                         let deadline = *lease_deadline.get_or_insert_with(|| {
                             std::time::Instant::now() + generator::LEASE_WAIT_LIMIT
                         });
-                        if std::time::Instant::now() > deadline {
+                        if std::time::Instant::now() > deadline || generator::database_is_missing()
+                        {
                             return Err(());
                         }
                         generator::nap_for_lease(&mut lease_round);

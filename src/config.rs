@@ -190,12 +190,14 @@ enum Kind {
 /// server.
 #[derive(Clone, Copy)]
 enum TextCheck {
-    /// Any text: the lease worker reports a database that does not exist.
+    /// Any text.
     Any,
     /// `epoch_of`: from 1970 on, and its 41 bits not used up.
     Epoch,
     /// One of `PairSource::NAMES`.
     PairSource,
+    /// A database's name: not empty (the lease worker reports one that does not exist).
+    Database,
 }
 
 /// One setting, as it is defined, checked at start-up, and named in the typo check.
@@ -281,7 +283,7 @@ static SETTINGS: &[Setting] = &[
         context: Context::Restart,
         kind: Kind::Text {
             value: &DATABASE,
-            check: TextCheck::Any,
+            check: TextCheck::Database,
         },
     },
     Setting {
@@ -366,6 +368,23 @@ impl Setting {
                     None,
                 )
             },
+            // SAFETY: as for the epoch's hook; this one only looks at the text's length.
+            Kind::Text {
+                value,
+                check: TextCheck::Database,
+            } => unsafe {
+                GucRegistry::define_string_guc_with_hooks(
+                    name,
+                    short,
+                    long,
+                    value,
+                    context,
+                    GucFlags::empty(),
+                    Some(check_database_hook),
+                    None,
+                    None,
+                )
+            },
             // SAFETY: as for the epoch's hook; this one only compares text.
             Kind::Text {
                 value,
@@ -436,14 +455,24 @@ impl Setting {
                         PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
                         format!("parameter \"{}\" requires a Boolean value", self.name()),
                         Some(format!("It is set to \"{text}\".")),
-                        Some("Use on or off in postgresql.conf (or postgresql.auto.conf) and start the server again."),
+                        Some(&fix_hint(self.name(), "Use on or off")),
                     );
                 }
             }
             Kind::Text { check, .. } => match check {
                 TextCheck::Any => {}
                 TextCheck::Epoch => {
-                    epoch_of(&text, PgLogLevel::FATAL);
+                    epoch_of(&text, PgLogLevel::FATAL, set_at(self.name()));
+                }
+                TextCheck::Database => {
+                    if text.is_empty() {
+                        fatal(
+                            PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+                            format!("invalid value for parameter \"{}\": \"\"", self.name()),
+                            Some(DATABASE_DETAIL.into()),
+                            Some(&fix_hint(self.name(), "Set it to the database where the lease worker keeps the mark (the default is postgres)")),
+                        );
+                    }
                 }
                 TextCheck::PairSource => {
                     if PairSource::parse(&text).is_none() {
@@ -458,7 +487,7 @@ impl Setting {
                                 self.name(),
                                 PairSource::NAMES.join(", ")
                             )),
-                            Some("Fix the setting in postgresql.conf (or postgresql.auto.conf) and start the server again."),
+                            Some(&fix_hint(self.name(), "Fix it")),
                         );
                     }
                 }
@@ -477,7 +506,11 @@ impl Setting {
                 "invalid value for parameter \"{}\": \"{text}\"",
                 self.name()
             ),
-            Some(format!("\"{}\" takes {takes}.", self.name())),
+            Some(format!(
+                "\"{}\" takes {takes}.{}",
+                self.name(),
+                set_at(self.name()).map_or(String::new(), |at| format!(" It is set {at}."))
+            )),
             hint.as_deref(),
         )
     }
@@ -494,9 +527,11 @@ impl Setting {
         let name = self.name();
         fatal(
             PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
-            format!("{v}{u} is outside the valid range for parameter \"{name}\" ({min}{u} .. {max}{u})"),
+            format!(
+                "{v}{u} is outside the valid range for parameter \"{name}\" ({min}{u} .. {max}{u})"
+            ),
             Some(format!("\"{name}\" takes {takes}.")),
-            Some("Fix the setting in postgresql.conf (or postgresql.auto.conf) and start the server again."),
+            Some(&fix_hint(name, "Fix it")),
         )
     }
 }
@@ -545,8 +580,24 @@ pub fn unknown_settings(names: &[String]) -> Vec<(String, Option<&'static str>)>
 /// Every setting PostgreSQL holds now, placeholders included, with the source of its value
 /// (`PGC_S_DEFAULT` for one that nothing set).
 fn all_settings() -> Vec<(String, pg_sys::GucSource::Type)> {
-    // SAFETY: called in the postmaster while shared_preload_libraries is processed; the array
-    // and the names it points to are PostgreSQL's own and stay valid during the call.
+    // SAFETY: PostgreSQL's own settings, valid during the call (see `guc_variables`).
+    unsafe {
+        guc_variables()
+            .into_iter()
+            .map(|v| {
+                let name = CStr::from_ptr((*v).name).to_string_lossy().into_owned();
+                (name, (*v).source)
+            })
+            .collect()
+    }
+}
+
+/// Every setting PostgreSQL holds now, placeholders included, each with a name.
+///
+/// # Safety
+/// Called in the postmaster while shared_preload_libraries is processed: the array and what it
+/// points to are PostgreSQL's own and stay valid during the caller's use.
+unsafe fn guc_variables() -> Vec<*mut pg_sys::config_generic> {
     unsafe {
         // 16 moved the settings into a hash table and gave this function a count out-parameter.
         #[cfg(feature = "pg15")]
@@ -559,12 +610,35 @@ fn all_settings() -> Vec<(String, pg_sys::GucSource::Type)> {
         (0..n.max(0) as usize)
             .map(|i| *vars.add(i))
             .filter(|v| !v.is_null() && !(**v).name.is_null())
-            .map(|v| {
-                let name = CStr::from_ptr((*v).name).to_string_lossy().into_owned();
-                (name, (*v).source)
-            })
             .collect()
     }
+}
+
+/// Where the value of setting `name` was set, as PostgreSQL recorded it, in words that follow
+/// "set" or "fix it": `at line 3 of "/etc/.../conf.d/snowflake.conf"` (a configuration file,
+/// postgresql.auto.conf for ALTER SYSTEM), `on the server's command line`, or `None` when
+/// PostgreSQL does not know.
+fn set_at(name: &str) -> Option<String> {
+    // SAFETY: as in `all_settings`; the strings are copied before anything else runs.
+    unsafe {
+        let v = guc_variables().into_iter().find(|v| {
+            CStr::from_ptr((**v).name)
+                .to_string_lossy()
+                .eq_ignore_ascii_case(name)
+        })?;
+        if !(*v).sourcefile.is_null() {
+            let file = CStr::from_ptr((*v).sourcefile).to_string_lossy();
+            return Some(format!("at line {} of \"{file}\"", (*v).sourceline));
+        }
+        ((*v).source == pg_sys::GucSource::PGC_S_ARGV)
+            .then(|| "on the server's command line".to_string())
+    }
+}
+
+/// A start-up refusal's HINT: `fix` (such as "Fix it") where the setting was set, and start again.
+fn fix_hint(name: &str, fix: &str) -> String {
+    let at = set_at(name).unwrap_or_else(|| "in postgresql.conf (or postgresql.auto.conf)".into());
+    format!("{fix} {at} and start the server again.")
 }
 
 /// The names of every setting PostgreSQL holds now, placeholders included.
@@ -640,8 +714,8 @@ fn check_unknown_settings() {
             format!("unrecognized configuration parameter \"{name}\""),
             Some(format!("snowflake defines only {}.", ours.join(", "))),
             Some(&match meant {
-                Some(k) => format!("Did you mean \"{k}\"? Fix postgresql.conf (or postgresql.auto.conf) and start the server again."),
-                None => "Remove or correct it in postgresql.conf (or postgresql.auto.conf) and start the server again.".into(),
+                Some(k) => format!("Did you mean \"{k}\"? {}", fix_hint(&name, "Fix it")),
+                None => fix_hint(&name, "Remove or correct it"),
             }),
         )
     }
@@ -652,11 +726,14 @@ fn check_unknown_settings() {
 /// library without preload). An epoch later than the clock is allowed (a machine without a
 /// hardware clock may boot at 1970 before NTP sets it): `snowflake_nextval()` refuses until the
 /// clock passes it, and a preloaded library says so in the log at start-up.
-fn epoch_of(text: &str, level: PgLogLevel) -> i64 {
+fn epoch_of(text: &str, level: PgLogLevel, at: Option<String>) -> i64 {
     let now = SystemClock.now_unix_ms();
     let problem = match parse_epoch(text).and_then(|ms| epoch_problem(ms, now).map(|_| ms)) {
         Ok(ms) => return ms,
-        Err(why) => why,
+        Err(why) => match at {
+            Some(at) => format!("{why} It is set {at}."),
+            None => why,
+        },
     };
     errors::report(
         level,
@@ -768,6 +845,24 @@ unsafe extern "C-unwind" fn check_pair_source_hook(
     refuse_in_check_hook(&detail, None)
 }
 
+/// `snowflake.database` is checked when it is set (ALTER SYSTEM, a reload): an empty name, which
+/// the next start would refuse, is refused now.
+#[pg_guard]
+unsafe extern "C-unwind" fn check_database_hook(
+    newval: *mut *mut std::ffi::c_char,
+    _extra: *mut *mut std::ffi::c_void,
+    _source: pg_sys::GucSource::Type,
+) -> bool {
+    // SAFETY: PostgreSQL passes a valid pointer to the candidate value (NULL for no value).
+    match unsafe { candidate(newval) } {
+        Some(text) if text.is_empty() => refuse_in_check_hook(DATABASE_DETAIL, None),
+        _ => true,
+    }
+}
+
+const DATABASE_DETAIL: &str =
+    "\"snowflake.database\" takes the name of the database where the lease worker keeps the high-water mark; it must not be empty.";
+
 const EPOCH_HINT: &str =
     "Use a past UTC timestamp such as '2015-01-01 00:00:00+00', or milliseconds since 1970.";
 
@@ -775,7 +870,7 @@ const EPOCH_HINT: &str =
 /// functions still work with the configured epoch; the generator refuses with a clear error.
 pub fn init_unpreloaded() {
     let epoch = raw_setting(c"snowflake.epoch").map_or(TWITTER_EPOCH_MS, |text| {
-        epoch_of(&text.to_string_lossy(), PgLogLevel::ERROR)
+        epoch_of(&text.to_string_lossy(), PgLogLevel::ERROR, None)
     });
     EPOCH_MS.store(epoch, Ordering::Relaxed);
 }
@@ -814,7 +909,7 @@ pub fn init_preloaded() {
         .unwrap_or_else(|| DEFAULT_EPOCH.to_owned())
         .to_string_lossy()
         .into_owned();
-    let epoch = epoch_of(&epoch_text, PgLogLevel::FATAL);
+    let epoch = epoch_of(&epoch_text, PgLogLevel::FATAL, None);
     let now = SystemClock.now_unix_ms();
     if epoch > now {
         errors::report(

@@ -37,6 +37,13 @@ pub struct Shared {
     /// While the lease worker waits at start for the claims paths to bring the claims up to date
     /// (see [`crate::core::fleet::CatchUp`]) before it grants the first lease.
     pub awaiting_claims: bool,
+    /// The lease worker's connection to `snowflake.database`: set just before it connects and
+    /// cleared once connected, so a worker that finds it still set knows the last one died while
+    /// connecting (PostgreSQL's FATAL for a database that does not exist).
+    pub connecting: bool,
+    /// The lease worker found that `snowflake.database` names no database (see
+    /// `wait_for_database` in [`crate::lease`]); it waits for it to be created.
+    pub database_missing: bool,
     /// The pair IDs are issued with ([`node`]): the configured one, or the one of the Citus group
     /// once the lease worker knows it.
     pub node_bits: u64,
@@ -164,6 +171,8 @@ impl Default for Shared {
             database_owner: ForeignObject::NONE,
             database_trust: DatabaseTrust::Unknown,
             awaiting_claims: false,
+            connecting: false,
+            database_missing: false,
             node_bits: crate::config::configured_node().bits(),
             pair: if crate::config::pair_source().from_citus() {
                 PairState::Unknown
@@ -357,7 +366,7 @@ pub fn wait_until_persisted(ms: u64, limit: std::time::Duration) -> Result<(), (
             }
             g.state.want_lease();
         }
-        if std::time::Instant::now() > deadline {
+        if std::time::Instant::now() > deadline || database_is_missing() {
             return Err(());
         }
         nap_for_lease(&mut round);
@@ -370,10 +379,13 @@ pub const LEASE_WAIT_LIMIT: std::time::Duration = std::time::Duration::from_secs
 /// A call waited `waited` for a lease in vain: where to look, which differs when no lease worker
 /// has started at all (it then wrote nothing to the log).
 pub fn lease_not_ready(waited: std::time::Duration, database: &str) -> ! {
-    let (awaiting_claims, no_worker) = {
+    let (awaiting_claims, no_worker, missing) = {
         let g = GENERATOR.share();
-        (g.awaiting_claims, g.worker_pid == 0)
+        (g.awaiting_claims, g.worker_pid == 0, g.database_missing)
     };
+    if missing {
+        database_missing(database)
+    }
     let (detail, hint) = if awaiting_claims {
         (
             format!(
@@ -406,4 +418,47 @@ pub fn lease_not_ready(waited: std::time::Duration, database: &str) -> ! {
         Some(detail),
         Some(hint),
     )
+}
+
+/// Whether the lease worker found that `snowflake.database` names no database: a call then
+/// fails at once rather than wait for a lease that cannot come.
+pub fn database_is_missing() -> bool {
+    GENERATOR.share().database_missing
+}
+
+/// `snowflake.database` names a database that does not exist: the lease worker cannot persist a
+/// mark until it is created, or the setting names another and the server restarts.
+pub fn database_missing(database: &str) -> ! {
+    crate::errors::raise(
+        pgrx::PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+        "snowflake ID generator is not ready".into(),
+        Some(format!(
+            "snowflake.database names database \"{database}\", which does not exist; the \"snowflake lease\" background worker keeps the high-water mark there, and no ID is issued until it can."
+        )),
+        Some(&database_missing_hint(database)),
+    )
+}
+
+/// The fix for a `snowflake.database` that names no database, for the error and the log.
+pub fn database_missing_hint(database: &str) -> String {
+    format!(
+        "Create the database (CREATE DATABASE {}), or set snowflake.database to an existing database and restart the server.",
+        quote_ident(database)
+    )
+}
+
+/// `name` as an SQL identifier, quoted where it must be.
+fn quote_ident(name: &str) -> String {
+    let plain = name
+        .chars()
+        .next()
+        .is_some_and(|c| c.is_ascii_lowercase() || c == '_')
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '$');
+    if plain {
+        name.to_string()
+    } else {
+        format!("\"{}\"", name.replace('"', "\"\""))
+    }
 }

@@ -636,7 +636,20 @@ fn check_mark(worker: &mut Worker) {
 #[unsafe(no_mangle)]
 pub extern "C-unwind" fn snowflake_lease_worker_main(_arg: pg_sys::Datum) {
     handle_signals();
-    connect(&config::database());
+    let database = config::database();
+    let died_connecting = {
+        let mut g = GENERATOR.exclusive();
+        std::mem::replace(&mut g.connecting, true)
+    };
+    if died_connecting {
+        wait_for_database(&database);
+    }
+    connect(&database);
+    {
+        let mut g = GENERATOR.exclusive();
+        g.connecting = false;
+        g.database_missing = false;
+    }
     let reset = forget_database_settings();
     if !crate::session::acts_as_superuser() {
         error!(
@@ -680,7 +693,10 @@ pub extern "C-unwind" fn snowflake_lease_worker_main(_arg: pg_sys::Datum) {
         g.awaiting_claims = worker.gated();
         (worker, below)
     };
-    log!("snowflake lease worker started; persisted high-water mark {} (Unix ms), written under the epoch {}", read.mark_unix_ms, read.recorded_epoch_ms.map_or("(not recorded)".into(), |e| e.to_string()));
+    log!(
+        "snowflake lease worker started; {}",
+        mark_text(read.mark_unix_ms, read.recorded_epoch_ms)
+    );
     if let Some(MarkBelowClaim {
         mark_unix_ms,
         claimed_ms,
@@ -758,12 +774,99 @@ pub extern "C-unwind" fn snowflake_lease_worker_main(_arg: pg_sys::Datum) {
                     "snowflake: the system clock jumped forward by {jump} ms; IDs issued from now on carry its time, and if it is wrong they stay ahead of real time after it is corrected (see \"Clock faults\" in docs/operations.md)"
                 );
             }
+            Todo::ClockBack { steps, ms } => report_clock_back(steps, ms, settings.max_drift_ms),
             Todo::Renew => renew(&mut worker, &settings, now_ms),
             Todo::Nap(ms) => {
                 nap(Duration::from_millis(ms));
                 reload_if_asked();
             }
         }
+    }
+}
+
+/// The persisted mark and its epoch, for the log: timestamps, with the raw values a DBA compares
+/// with `_snowflake.lease_ms` and `_snowflake.epoch_ms`; "no mark yet" on a new server.
+fn mark_text(mark_unix_ms: i64, recorded_epoch_ms: Option<i64>) -> String {
+    use crate::core::time::unix_ms_text;
+    if mark_unix_ms <= 0 {
+        return format!("no high-water mark yet (a new {SCHEMA}.lease_ms)");
+    }
+    let under = recorded_epoch_ms.map_or("an epoch that was not recorded".into(), |e| {
+        format!("the epoch {} ({e} Unix ms)", unix_ms_text(e))
+    });
+    format!(
+        "persisted high-water mark {} ({mark_unix_ms} Unix ms), written under {under}",
+        unix_ms_text(mark_unix_ms)
+    )
+}
+
+/// The generator saw the clock go back ([`crate::core::worker::Todo::ClockBack`]): said once per
+/// step, at most once a minute, with its size, so the log shows when it happened (the 58000 of a
+/// call beyond the drift says only that the clock is behind now).
+fn report_clock_back(steps: u64, ms: u64, max_drift_ms: u64) {
+    let what = if steps == 1 {
+        format!("the system clock went back by at least {ms} ms")
+    } else {
+        format!("the system clock went back {steps} times within a minute, the latest by at least {ms} ms")
+    };
+    errors::report(
+        PgLogLevel::WARNING,
+        PgSqlErrorCode::ERRCODE_WARNING,
+        format!("snowflake: {what}"),
+        Some(format!("snowflake_nextval() saw the clock {ms} ms behind its highest reading. While it is behind by less than snowflake.max_clock_drift ({max_drift_ms} ms), IDs continue from the last one issued, dated ahead of the clock; beyond it snowflake_nextval() fails with 58000 until the clock catches up.")),
+        Some("Find what set the clock back (an NTP step, a manual date -s, a virtual machine resumed from a snapshot); see \"Clock faults\" in docs/operations.md."),
+    );
+}
+
+/// How often a worker waiting for `snowflake.database` to be created looks for it.
+pub const DATABASE_RECHECK: Duration = Duration::from_secs(5);
+
+/// The last worker died while it connected to `snowflake.database`: for a database that does
+/// not exist PostgreSQL logs `FATAL: database "..." does not exist`, and the postmaster would
+/// start the worker again every second (the restart interval is fixed when the worker is
+/// registered), a FATAL a second that does not name snowflake. Instead this worker connects to no
+/// database (the shared catalogs only, as PostgreSQL's own launchers do), and looks the database
+/// up in `pg_database`: missing, it says so once, naming the setting, lets calls fail at once with
+/// the same words ([`crate::generator::database_missing`]), and looks again every
+/// `DATABASE_RECHECK`; present (created meanwhile, or the last worker died of something else),
+/// it exits, and the worker the postmaster starts a second later connects to it. A backend can
+/// connect to a database only once, so a worker that looked cannot connect itself.
+fn wait_for_database(database: &str) -> ! {
+    // SAFETY: first thing in a registered background worker with SPI access: no database, only
+    // the shared catalogs.
+    unsafe { pg_sys::BackgroundWorkerInitializeConnection(std::ptr::null(), std::ptr::null(), 0) };
+    let name = std::ffi::CString::new(database).expect("a database name has no NUL byte");
+    let mut said = false;
+    loop {
+        // SAFETY: a lookup in the shared catalog pg_database, inside a transaction.
+        let exists = BackgroundWorker::transaction(|| unsafe {
+            pg_sys::get_database_oid(name.as_ptr(), true) != pg_sys::InvalidOid
+        });
+        if exists {
+            {
+                let mut g = GENERATOR.exclusive();
+                g.connecting = false;
+                g.database_missing = false;
+            }
+            if said {
+                log!("snowflake lease worker found database \"{database}\"; it starts again to connect to it");
+            }
+            // SAFETY: ends this worker with exit code 1, which the postmaster restarts.
+            unsafe { pg_sys::proc_exit(1) };
+        }
+        if !said {
+            GENERATOR.exclusive().database_missing = true;
+            errors::report(
+                PgLogLevel::WARNING,
+                PgSqlErrorCode::ERRCODE_WARNING,
+                format!("snowflake: database \"{database}\" named by snowflake.database does not exist"),
+                Some(format!("The \"snowflake lease\" background worker keeps the high-water mark there: no snowflake ID is issued until it exists. The worker looks for it again every {} s.", DATABASE_RECHECK.as_secs())),
+                Some(&crate::generator::database_missing_hint(database)),
+            );
+            said = true;
+        }
+        nap(DATABASE_RECHECK);
+        reload_if_asked();
     }
 }
 

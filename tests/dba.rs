@@ -275,3 +275,134 @@ fn non_superusers_generate_ids_but_cannot_change_the_node_identity() {
     }
     assert_eq!(c.sql("SHOW snowflake.worker_id"), "6");
 }
+
+/// `snowflake.database` naming a database that does not exist: a call says so at once, naming
+/// the database, with the fix (1.6.0 waited 10 s and spoke of max_worker_processes); the lease
+/// worker says it once and looks again quietly (1.6.0's postmaster logged `FATAL: database
+/// "appdb" does not exist` every second); once the database is created, IDs are issued. An
+/// empty name is refused as it is set (and at start-up: `sql_api`'s bad settings).
+#[test]
+fn a_missing_lease_database_is_named_and_the_worker_backs_off() {
+    let mut c = Cluster::new("nodb", "snowflake.database = 'appdb'");
+    c.start();
+    c.sql("CREATE EXTENSION snowflake");
+    let asked = std::time::Instant::now();
+    let e = c.sql_err("SELECT snowflake_nextval()");
+    assert_eq!(e.sqlstate, "55000", "{}", e.raw);
+    assert!(
+        e.detail
+            .contains("snowflake.database names database \"appdb\", which does not exist"),
+        "{}",
+        e.raw
+    );
+    assert!(e.hint.contains("CREATE DATABASE appdb"), "{}", e.raw);
+    assert!(
+        asked.elapsed() < Duration::from_secs(8),
+        "said at once, not after the 10 s wait for a lease: {:?}",
+        asked.elapsed()
+    );
+    // A few seconds more: the worker looks again quietly, no FATAL a second.
+    thread::sleep(Duration::from_secs(6));
+    let log = c.log();
+    let fatals = log
+        .matches("FATAL:  database \"appdb\" does not exist")
+        .count();
+    assert!(fatals <= 1, "{fatals} FATALs:\n{log}");
+    assert_eq!(
+        log.matches(
+            "WARNING:  snowflake: database \"appdb\" named by snowflake.database does not exist"
+        )
+        .count(),
+        1,
+        "{log}"
+    );
+    let e = c.sql_err("ALTER SYSTEM SET snowflake.database = ''");
+    assert_eq!(e.sqlstate, "22023", "{}", e.raw);
+
+    c.sql("CREATE DATABASE appdb");
+    c.wait_for("SELECT snowflake_nextval() > 0 FROM (SELECT 1) s", "t", 30);
+    assert!(c.log().contains("found database \"appdb\""), "{}", c.log());
+}
+
+/// A clock stepped back is said in the log once, with its size, by the lease worker, however many
+/// calls see it (1.6.0 logged nothing: only a counter, and 58000 at each call beyond the drift).
+/// The calls see the step (libfaketime reaches backends on every major), the worker says it.
+#[test]
+fn a_clock_stepped_back_is_logged_once_with_its_size() {
+    let mut c = Cluster::new("clockback", "snowflake.max_clock_drift = '10s'");
+    c.fake_time(None);
+    c.start();
+    c.sql("CREATE EXTENSION snowflake");
+    c.sql("SELECT snowflake_nextval()");
+    c.set_fake_offset("-5s");
+    thread::sleep(Duration::from_millis(1500));
+    for _ in 0..3 {
+        c.sql("SELECT count(snowflake_nextval()) FROM generate_series(1, 1000)");
+    }
+    assert_eq!(
+        c.sql("SELECT clock_back_events FROM snowflake_stats()"),
+        "1"
+    );
+    let said = "WARNING:  snowflake: the system clock went back by at least ";
+    let sizes = || -> Vec<u64> {
+        c.log()
+            .split(said)
+            .skip(1)
+            .map(|rest| rest.split(' ').next().unwrap().parse().unwrap())
+            .collect()
+    };
+    assert!(
+        common::eventually(10, || !sizes().is_empty()),
+        "no WARNING:\n{}",
+        c.log()
+    );
+    thread::sleep(Duration::from_secs(2));
+    let sizes = sizes();
+    assert!(
+        sizes.len() == 1 && (2_000..=5_000).contains(&sizes[0]),
+        "{sizes:?}\n{}",
+        c.log()
+    );
+}
+
+/// The lease worker's start says the mark as a timestamp, with its raw value, and on a new server
+/// that there is none yet (1.6.0: `persisted high-water mark 1795741346773 (Unix ms)`, and on a
+/// new server `0 (Unix ms), written under the epoch (not recorded)`).
+#[test]
+fn the_start_says_the_mark_as_a_timestamp() {
+    let mut c = Cluster::new("mark-log", "");
+    c.start();
+    c.sql("CREATE EXTENSION snowflake");
+    c.sql("SELECT snowflake_nextval()");
+    assert!(
+        c.log().contains(
+            "snowflake lease worker started; no high-water mark yet (a new _snowflake.lease_ms)"
+        ),
+        "{}",
+        c.log()
+    );
+    c.stop("fast");
+    c.start();
+    let said = "snowflake lease worker started; persisted high-water mark ";
+    assert!(
+        common::eventually(10, || c.log().contains(said)),
+        "expected {said:?} in:\n{}",
+        c.log()
+    );
+    // "2026-11-27 01:02:26.773+00 (1795741346773 Unix ms), written under the epoch ..."
+    let log = c.log();
+    let line = log.split(said).nth(1).unwrap().lines().next().unwrap();
+    let (text, rest) = line.split_once(" (").unwrap();
+    let (raw, rest) = rest.split_once(" Unix ms), ").unwrap();
+    assert_eq!(
+        c.sql(&format!(
+            "SELECT to_char(to_timestamp({raw} / 1000.0) AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.MS') || '+00'"
+        )),
+        text,
+        "{line}"
+    );
+    assert_eq!(
+        rest,
+        "written under the epoch 2010-11-04 01:42:54.657+00 (1288834974657 Unix ms)"
+    );
+}

@@ -250,6 +250,11 @@ fn bad_settings_stop_the_server_at_start() {
         "snowflake.max_clock_drift = '0'",
         "outside the valid range for parameter \"snowflake.max_clock_drift\"",
     );
+    // No database: 1.6.0 started, and its lease worker failed to connect once a second.
+    refuses_to_start(
+        "snowflake.database = ''",
+        "invalid value for parameter \"snowflake.database\": \"\"",
+    );
     // An integer in ms: the bounds in its unit, as PostgreSQL writes them.
     refuses_to_start(
         "snowflake.claim_expiry = '1s'",
@@ -693,5 +698,58 @@ fn issue_49_unadopt_settings_and_errors() {
         e.message.starts_with("floor 9223372036854775807 is above"),
         "{}",
         e.raw
+    );
+}
+
+/// A refusal at start-up names the file and line that set the bad value, as PostgreSQL recorded
+/// them (1.6.0's HINT said "Fix the setting in postgresql.conf (or postgresql.auto.conf)" for a
+/// value in `conf.d/snowflake.conf`), and the command line for `-c`.
+#[test]
+fn a_refusal_at_start_names_the_file_and_line_of_the_setting() {
+    let mut c = Cluster::new("conf-line", "include_dir = 'conf.d'");
+    let dir = c.data.join("conf.d");
+    let file = dir.join("snowflake.conf");
+    let refused = |c: &mut Cluster, text: &str, expected: &[String]| {
+        std::fs::write(&file, text).unwrap();
+        let log = c.try_start().expect_err("the server must refuse to start");
+        for e in expected {
+            assert!(log.contains(e.as_str()), "expected {e:?} in:\n{log}");
+        }
+    };
+    std::fs::create_dir_all(&dir).unwrap();
+    let at = |line: u32| format!("at line {line} of \"{}\"", file.display());
+    refused(
+        &mut c,
+        "# snowflake\n\nsnowflake.worker_id = 32\n",
+        &[format!(
+            "HINT:  Fix it {} and start the server again.",
+            at(3)
+        )],
+    );
+    refused(
+        &mut c,
+        "snowflake.track_horizon = maybe\n",
+        &[format!("HINT:  Use on or off {} and start", at(1))],
+    );
+    refused(
+        &mut c,
+        "\nsnowflake.workerid = 7\n",
+        &[format!(
+            "HINT:  Did you mean \"snowflake.worker_id\"? Fix it {} and start",
+            at(2)
+        )],
+    );
+    // A unit PostgreSQL does not know: its HINT stays, the place is in the DETAIL.
+    refused(
+        &mut c,
+        "snowflake.max_clock_drift = '5 parsecs'\n",
+        &[format!("It is set {}.", at(1))],
+    );
+    std::fs::write(&file, "").unwrap();
+    c.options = "-c snowflake.worker_id=40".into();
+    let log = c.try_start().expect_err("the server must refuse to start");
+    assert!(
+        log.contains("HINT:  Fix it on the server's command line and start the server again."),
+        "{log}"
     );
 }

@@ -31,6 +31,10 @@ pub struct Stats {
     /// Times the wall clock was seen to go backwards (one per episode, not per call).
     pub clock_back_events: u64,
     pub largest_clock_back_ms: u64,
+    /// How far behind its highest reading the clock was seen in the latest of those episodes
+    /// (the largest gap of that episode): at least the size of the step that began it, less the
+    /// time until a call first saw it. The lease worker says it ([`crate::worker::Todo::ClockBack`]).
+    pub latest_clock_back_ms: u64,
     /// Times the lease worker saw the wall clock jump forward (see [`crate::lease::forward_jump`]), and the
     /// largest such jump: IDs issued after one are dated that far ahead of real time if the clock
     /// was wrong.
@@ -259,6 +263,7 @@ impl State {
                 borrowed_ms: 0,
                 clock_back_events: 0,
                 largest_clock_back_ms: 0,
+                latest_clock_back_ms: 0,
                 clock_forward_jumps: 0,
                 largest_clock_forward_ms: 0,
                 waits: 0,
@@ -376,8 +381,10 @@ impl State {
             if !self.behind {
                 self.behind = true;
                 self.stats.clock_back_events += 1;
+                self.stats.latest_clock_back_ms = 0;
             }
             self.stats.largest_clock_back_ms = self.stats.largest_clock_back_ms.max(gap);
+            self.stats.latest_clock_back_ms = self.stats.latest_clock_back_ms.max(gap);
         }
     }
 }

@@ -61,6 +61,33 @@ fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
     era * 146_097 + doe - 719_468
 }
 
+/// The date of a day counted from 1970-01-01 (the inverse of `days_from_civil`).
+fn civil_from_days(days: i64) -> (i64, i64, i64) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    (yoe + era * 400 + i64::from(m <= 2), m, d)
+}
+
+/// Unix milliseconds as a UTC timestamp in PostgreSQL's ISO output, for log lines:
+/// `2026-11-27 05:12:01.123+00`.
+pub fn unix_ms_text(ms: i64) -> String {
+    let (days, in_day) = (ms.div_euclid(86_400_000), ms.rem_euclid(86_400_000));
+    let (y, m, d) = civil_from_days(days);
+    let (h, min, sec, milli) = (
+        in_day / 3_600_000,
+        in_day / 60_000 % 60,
+        in_day / 1_000 % 60,
+        in_day % 1_000,
+    );
+    format!("{y:04}-{m:02}-{d:02} {h:02}:{min:02}:{sec:02}.{milli:03}+00")
+}
+
 fn days_in_month(y: i64, m: i64) -> i64 {
     match m {
         2 if (y % 4 == 0 && y % 100 != 0) || y % 400 == 0 => 29,
@@ -157,6 +184,27 @@ pub fn parse_epoch(text: &str) -> Result<i64, String> {
 mod tests {
     use super::*;
     use crate::layout::TWITTER_EPOCH_MS;
+
+    #[test]
+    fn unix_ms_read_as_utc_timestamps_and_back() {
+        assert_eq!(unix_ms_text(0), "1970-01-01 00:00:00.000+00");
+        assert_eq!(unix_ms_text(TWITTER_EPOCH_MS), "2010-11-04 01:42:54.657+00");
+        assert_eq!(
+            unix_ms_text(1_795_741_346_773),
+            "2026-11-27 01:02:26.773+00"
+        );
+        assert_eq!(unix_ms_text(951_782_400_000), "2000-02-29 00:00:00.000+00");
+        assert_eq!(unix_ms_text(-1), "1969-12-31 23:59:59.999+00");
+        for ms in [
+            0,
+            1,
+            TWITTER_EPOCH_MS,
+            4_102_444_800_123,
+            253_402_300_799_999,
+        ] {
+            assert_eq!(parse_epoch(&unix_ms_text(ms)), Ok(ms), "{ms}");
+        }
+    }
 
     #[test]
     fn parses_the_documented_forms() {

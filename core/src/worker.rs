@@ -105,11 +105,21 @@ pub enum Todo {
     /// The wall clock jumped forward by this many ms since the last look: record it
     /// (`State::record_forward_jump`) and say so.
     ForwardJump(u64),
+    /// The generator saw the wall clock go back `steps` times since the worker last said so
+    /// (`Stats::clock_back_events`), the latest by at least `ms` (`Stats::latest_clock_back_ms`):
+    /// say so. Once per episode, and at most once every [`CLOCK_BACK_TELL_MS`] (the steps between
+    /// are counted in the next).
+    ClockBack { steps: u64, ms: u64 },
     /// Renew the lease (`renew_read`, then `renew_committed` once committed).
     Renew,
     /// Nothing more for now: sleep this long, or until a backend wakes the worker.
     Nap(u64),
 }
+
+/// The shortest time between two `Todo::ClockBack`: a clock that keeps stepping back (a broken
+/// time source, two NTP servers that disagree) is said once a minute, with its count, not at each
+/// step.
+pub const CLOCK_BACK_TELL_MS: u64 = 60_000;
 
 /// Where the worker is in its loop.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -242,6 +252,10 @@ pub struct Worker {
     /// The looks asked (`State::looks_asked`) when the last refresh started: its end answers them.
     answering: u32,
     looked: Option<(i64, u64)>,
+    /// The generator's clock-back episodes this worker has said (or found at its start), and when
+    /// it last said one.
+    backs_told: u64,
+    back_told_at: Option<u64>,
     issued_at_renewal: u64,
     phase: Phase,
     conflict: Option<Claim>,
@@ -300,6 +314,8 @@ impl Worker {
             claimed_at: None,
             answering: state.looks_asked(),
             looked: None,
+            backs_told: state.stats().clock_back_events,
+            back_told_at: None,
             issued_at_renewal: 0,
             phase: Phase::Gate,
             conflict: None,
@@ -377,6 +393,19 @@ impl Worker {
                         if let Some(jump) = forward_jump(wall_unix_ms - wall, elapsed) {
                             return Todo::ForwardJump(jump);
                         }
+                    }
+                    let stats = state.stats();
+                    let quiet = self
+                        .back_told_at
+                        .is_none_or(|t| now_ms.saturating_sub(t) >= CLOCK_BACK_TELL_MS);
+                    if stats.clock_back_events > self.backs_told && quiet {
+                        let steps = stats.clock_back_events - self.backs_told;
+                        self.backs_told = stats.clock_back_events;
+                        self.back_told_at = Some(now_ms);
+                        return Todo::ClockBack {
+                            steps,
+                            ms: stats.latest_clock_back_ms,
+                        };
                     }
                 }
                 Phase::Renew => {
@@ -1518,5 +1547,47 @@ mod tests {
             .iter()
             .any(|t| matches!(t, Todo::ForwardJump(_))));
         assert!(todos(&mut w, 500, EPOCH + 5_250, &s).contains(&Todo::ForwardJump(4_750)));
+    }
+
+    #[test]
+    fn a_clock_step_back_is_told_once_and_steps_close_together_once_a_minute() {
+        let mut s = State::awaiting_lease();
+        let (mut w, _) = Worker::start(EPOCH, &at(0, 0), node(2), &mut s);
+        w.paths_read(0, &[]);
+        s.grant_lease(100_000);
+        let told = |t: &[Todo]| {
+            t.iter()
+                .filter_map(|t| match t {
+                    Todo::ClockBack { steps, ms } => Some((*steps, *ms)),
+                    _ => None,
+                })
+                .collect::<Vec<_>>()
+        };
+        let _ = s.next(10_000, node(2), 10_000);
+        assert_eq!(told(&todos(&mut w, 0, EPOCH + 10_000, &s)), vec![]);
+        // Stepped back 3 s: the calls that see it, however many, are one step, told once.
+        for now in [7_000, 7_001, 7_002] {
+            let _ = s.next(now, node(2), 10_000);
+        }
+        assert_eq!(
+            told(&todos(&mut w, 250, EPOCH + 7_002, &s)),
+            vec![(1, 3_000)]
+        );
+        assert_eq!(told(&todos(&mut w, 500, EPOCH + 7_250, &s)), vec![]);
+        // Two more steps within the minute: told together, with the latest's size, a minute
+        // after the first.
+        let _ = s.next(11_000, node(2), 10_000);
+        let _ = s.next(10_500, node(2), 10_000);
+        let _ = s.next(12_000, node(2), 10_000);
+        let _ = s.next(10_000, node(2), 10_000);
+        assert_eq!(told(&todos(&mut w, 30_000, EPOCH + 10_000, &s)), vec![]);
+        assert_eq!(
+            told(&todos(&mut w, 60_250, EPOCH + 10_000, &s)),
+            vec![(2, 2_000)]
+        );
+        // A worker started again does not tell what its predecessor found.
+        let (mut w2, _) = Worker::start(EPOCH, &at(0, 0), node(2), &mut s);
+        w2.paths_read(0, &[]);
+        assert_eq!(told(&todos(&mut w2, 0, EPOCH + 10_000, &s)), vec![]);
     }
 }

@@ -962,6 +962,8 @@ impl World {
                     self.refresh(i, mono, wall, &settings);
                 }
                 Todo::ForwardJump(jump) => s.shm.record_forward_jump(jump),
+                // Only a log line.
+                Todo::ClockBack { .. } => {}
                 Todo::Renew => {
                     // The hand-over floor is read now: a restore that put back older claims
                     // here (see `misinformed`) leaves it low for this lease.
