@@ -350,12 +350,15 @@ impl Setting {
             } => {
                 GucRegistry::define_string_guc(name, short, long, value, context, GucFlags::empty())
             }
-            // SAFETY: the hook catches nothing because it cannot panic: it parses text and
-            // compares numbers, and reports through PostgreSQL's GUC_check_* strings.
-            Kind::Text {
-                value,
-                check: TextCheck::Epoch,
-            } => unsafe {
+            // SAFETY: the hooks catch nothing because they cannot panic: they parse or compare
+            // text and numbers, and report through PostgreSQL's GUC_check_* strings.
+            Kind::Text { value, check } => unsafe {
+                let hook: unsafe extern "C-unwind" fn(_, _, _) -> _ = match check {
+                    TextCheck::Epoch => check_epoch_hook,
+                    TextCheck::PairSource => check_pair_source_hook,
+                    TextCheck::Database => check_database_hook,
+                    TextCheck::Any => unreachable!("matched above"),
+                };
                 GucRegistry::define_string_guc_with_hooks(
                     name,
                     short,
@@ -363,41 +366,7 @@ impl Setting {
                     value,
                     context,
                     GucFlags::empty(),
-                    Some(check_epoch_hook),
-                    None,
-                    None,
-                )
-            },
-            // SAFETY: as for the epoch's hook; this one only looks at the text's length.
-            Kind::Text {
-                value,
-                check: TextCheck::Database,
-            } => unsafe {
-                GucRegistry::define_string_guc_with_hooks(
-                    name,
-                    short,
-                    long,
-                    value,
-                    context,
-                    GucFlags::empty(),
-                    Some(check_database_hook),
-                    None,
-                    None,
-                )
-            },
-            // SAFETY: as for the epoch's hook; this one only compares text.
-            Kind::Text {
-                value,
-                check: TextCheck::PairSource,
-            } => unsafe {
-                GucRegistry::define_string_guc_with_hooks(
-                    name,
-                    short,
-                    long,
-                    value,
-                    context,
-                    GucFlags::empty(),
-                    Some(check_pair_source_hook),
+                    Some(hook),
                     None,
                     None,
                 )
