@@ -51,16 +51,33 @@ deps: deps-test deps-bench
 pg-config:
 	@$(if $(filter command line environment,$(origin PG_CONFIG)),echo $(PG_CONFIG),scripts/pg.sh $(PG_MAJOR))
 
+# The release build (install and package) names no path of the machine it is built on: panic
+# locations, line tables and the bindings pgrx generates name the workspace, the target directory
+# and cargo's registry, mapped here to neutral names (a later mapping wins where two match), in
+# the Rust code and in the C that pgrx compiles. install and package use the same flags, so that
+# one build serves both (cargo keeps builds with other flags, the simulator's, beside it).
+TARGET_DIR := $(abspath $(or $(CARGO_TARGET_DIR),$(CURDIR)/target))
+RELEASE_PATH_MAP := $(CURDIR)=/usr/src/snowflake $(abspath $(or $(CARGO_HOME),$(HOME)/.cargo))=/usr/src/cargo \
+  $(TARGET_DIR)=/usr/src/snowflake/target
+RELEASE_ENV := RUSTFLAGS="$(strip $(RUSTFLAGS) $(addprefix --remap-path-prefix=,$(RELEASE_PATH_MAP)))" \
+  CFLAGS="$(strip $(CFLAGS) $(addprefix -ffile-prefix-map=,$(RELEASE_PATH_MAP)))"
+
 # Release build, installed into the server of $(PG_CONFIG).
 # The scripts under sql/ (the frozen first release and the upgrade scripts) go beside the
 # current version's script that cargo pgrx generates.
 install: deps-build
-	$(SUDO) env PATH="$$PATH" HOME="$$HOME" $(CARGO) pgrx install --release --pg-config $(PG_CONFIG) $(FEATURES)
+	$(SUDO) env PATH="$$PATH" HOME="$$HOME" $(RELEASE_ENV) $(CARGO) pgrx install --release --pg-config $(PG_CONFIG) $(FEATURES)
 	$(SUDO) install -m 644 sql/snowflake--*.sql "$$($(PG_CONFIG) --sharedir)/extension/"
 
-# An installable .deb under target/ (no Rust needed where it is installed).
+# An installable .deb under target/ (no Rust needed where it is installed), and its -dbgsym
+# package: target/postgresql-NN-snowflake_<version>-$(DEB_REVISION)_<arch>.deb. The revision and
+# the maintainer are the packager's to set: `make package PG_MAJOR=16 DEB_REVISION=2
+# DEB_MAINTAINER='Jane Doe <jane@example.org>'` (the default is this project's own name).
+DEB_REVISION ?= 1
+DEB_MAINTAINER ?= snowflake maintainers <maintainers@users.noreply.a-seed-216766a1.example>
 package: deps-package
-	@PG_MAJOR=$(PG_MAJOR) PG_CONFIG=$(PG_CONFIG) scripts/package.sh
+	@PG_MAJOR=$(PG_MAJOR) PG_CONFIG=$(PG_CONFIG) $(RELEASE_ENV) \
+	  DEB_REVISION='$(DEB_REVISION)' DEB_MAINTAINER='$(DEB_MAINTAINER)' scripts/package.sh
 
 # A benchmark, not a test: prints and writes bench/results/, never fails on a time.
 bench: deps-bench install citus
