@@ -168,9 +168,21 @@ pub fn handover_floor(
             decompose(l.last_id).is_ok_and(|p| p.datacenter == datacenter && p.worker == worker)
         })
         .map(|l| l.last_id);
+    // A claim's lease is an ID of the pair it was issued on, whatever pair its row names: a row
+    // that reached this server before its server moved (a path dropped meanwhile), then had its
+    // lease raised by the retire recipe's UPDATE here, names its old pair and holds an ID of
+    // the new one.
+    let leased_here = claims
+        .iter()
+        .filter(|c| c.system_identifier != me)
+        .map(|c| c.lease_id)
+        .filter(|&id| {
+            decompose(id).is_ok_and(|p| p.datacenter == datacenter && p.worker == worker)
+        });
     others_on_our_pair(me, datacenter, worker, claims)
         .map(|c| c.lease_id)
         .chain(left_here)
+        .chain(leased_here)
         .filter(|&id| id > 0)
         .max()
 }
@@ -994,6 +1006,16 @@ mod tests {
             handover_floor(42, 1, 5, &[live, tombstone], &[]),
             Some(12_000_000)
         );
+        // A row that arrived before its server moved to (1, 5), retired here by the recipe's
+        // UPDATE with the last ID it issued there: the ID's own pair counts.
+        let last = assemble(20_000, Node::new(1, 5).unwrap(), MAX_SEQUENCE);
+        let stale = Claim {
+            lease_id: last,
+            retired: true,
+            ..claim(11, 1, 6, 1)
+        };
+        assert_eq!(handover_floor(42, 1, 5, &[stale], &[]), Some(last));
+        assert_eq!(handover_floor(42, 2, 5, &[stale], &[]), None);
     }
 
     proptest! {
