@@ -1542,7 +1542,11 @@ impl World {
                 // the highest ID it may have issued from its own claim.
                 self.flush(i);
                 let sysid = self.servers[i].sysid;
-                let Some(last) = self.servers[i].db.row(sysid).map(|r| r.claim.lease_id) else {
+                let Some((last, left)) = self.servers[i]
+                    .db
+                    .row(sysid)
+                    .map(|r| (r.claim.lease_id, r.left_pairs.clone()))
+                else {
                     return Ok(());
                 };
                 let everywhere = others.iter().all(|&k| {
@@ -1565,6 +1569,7 @@ impl World {
                     if let Some(mut row) = db.row(sysid).cloned() {
                         row.claim.retired = true;
                         row.claim.lease_id = row.claim.lease_id.max(last);
+                        row.left_pairs.extend(left.iter().copied());
                         row.claim.version = version;
                         db.put(row);
                     }
