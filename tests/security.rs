@@ -85,7 +85,7 @@ const TRAPS: &str = "
 /// `lock_timeout` this session inherits from the database). One clean-clone run on 15 failed
 /// on such an error when it was unwrapped; which of the two it was is not known.
 fn claims_refreshed_since(c: &Cluster, since: &str) -> String {
-    c.try_sql_in(
+    c.try_sql_in_untimed(
         "app",
         &format!(
             "SET ROLE NONE; SET statement_timeout = 0; SET search_path = pg_catalog; \
@@ -133,7 +133,7 @@ fn a_database_owner_cannot_become_superuser_or_stop_the_worker() {
     );
     // Everything the worker made belongs to the superuser.
     assert_eq!(
-        c.try_sql_in(
+        c.try_sql_in_untimed(
             "app",
             "SET ROLE NONE; SET statement_timeout = 0; SELECT string_agg(DISTINCT pg_catalog.pg_get_userbyid(relowner)::text, ',') FROM pg_catalog.pg_class WHERE relnamespace = '_snowflake'::regnamespace"
         )

@@ -327,6 +327,23 @@ impl Cluster {
         result(out)
     }
 
+    /// Runs SQL in `db` with the timeouts a database's settings may set switched off for this
+    /// session (the client's options win over them): a test's own statements in a database whose
+    /// owner set `statement_timeout = '1ms'` must not time out on a loaded machine.
+    pub fn try_sql_in_untimed(&self, db: &str, sql: &str) -> Result<String, PgError> {
+        let out = self
+            .psql_cmd(db)
+            .env(
+                "PGOPTIONS",
+                "-c client_min_messages=warning -c statement_timeout=0 -c lock_timeout=0 -c idle_in_transaction_session_timeout=0",
+            )
+            .arg("-c")
+            .arg(sql)
+            .output()
+            .unwrap();
+        result(out)
+    }
+
     /// Runs SQL as another role.
     pub fn try_sql_as(&self, user: &str, sql: &str) -> Result<String, PgError> {
         result(
