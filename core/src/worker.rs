@@ -857,6 +857,22 @@ mod tests {
         )
     }
 
+    /// `renew_committed` of `write` as written, its commit not confirmed by the synchronous
+    /// standbys (a cancelled or terminated wait).
+    fn unconfirmed(w: &mut Worker, s: &mut State, now: u64, write: &LeaseWrite) -> bool {
+        w.renew_committed(
+            now,
+            write,
+            write.mark_unix_ms,
+            (write.looked_unix_ms, write.looked_epoch_ms),
+            None,
+            None,
+            false,
+            &settings(),
+            s,
+        )
+    }
+
     /// Drives `poll` to the first thing that is not a nap or a refresh.
     fn todos(w: &mut Worker, now: u64, wall: i64, s: &State) -> Vec<Todo> {
         let mut out = Vec::new();
@@ -1214,19 +1230,7 @@ mod tests {
         // own, but no ID under it until the standbys confirm it.
         let (mut s, mut w, write) = first_lease_at_20s();
         let written = write.mark_unix_ms;
-        let found = (write.looked_unix_ms, write.looked_epoch_ms);
-        let granted = w.renew_committed(
-            1,
-            &write,
-            written,
-            found,
-            None,
-            None,
-            false,
-            &settings(),
-            &mut s,
-        );
-        assert!(!granted);
+        assert!(!unconfirmed(&mut w, &mut s, 1, &write));
         assert!(w.awaits_standbys());
         assert_eq!(s.lease(), Some(0));
         assert_eq!(w.mark_read(written, Some(EPOCH), &mut s).found, None);
@@ -1236,18 +1240,7 @@ mod tests {
         assert!(!w.replicated(&mut s));
         // A later renewal supersedes one still waiting: its confirmation grants nothing.
         let (mut s, mut w, write) = first_lease_at_20s();
-        let found = (write.looked_unix_ms, write.looked_epoch_ms);
-        w.renew_committed(
-            1,
-            &write,
-            write.mark_unix_ms,
-            found,
-            None,
-            None,
-            false,
-            &settings(),
-            &mut s,
-        );
+        unconfirmed(&mut w, &mut s, 1, &write);
         w.renew_read(
             EPOCH + 20_000,
             None,
@@ -1262,18 +1255,7 @@ mod tests {
         // A commit that waited past the claim's expiry (less a refresh): confirmed, the lease is
         // still held for the refresh.
         let (mut s, mut w, write) = first_lease_at_20s();
-        let found = (write.looked_unix_ms, write.looked_epoch_ms);
-        w.renew_committed(
-            20_000,
-            &write,
-            write.mark_unix_ms,
-            found,
-            None,
-            None,
-            false,
-            &settings(),
-            &mut s,
-        );
+        unconfirmed(&mut w, &mut s, 20_000, &write);
         assert!(!w.replicated(&mut s));
         assert_eq!(s.lease(), Some(0));
         w.refreshed(20_001, refreshed(vec![]), &settings(), &mut s);
