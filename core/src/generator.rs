@@ -42,6 +42,11 @@ pub struct Stats {
     pub largest_clock_forward_ms: u64,
     pub waits: u64,
     pub errors: u64,
+    /// The clock's reading (ms since the epoch) when the latest of the `clock_back_events` began,
+    /// and at the latest error: `i64::MIN` while there was none. The health check
+    /// ([`crate::health`]) tells a recent step or refusal from one long past.
+    pub latest_clock_back_at_ms: i64,
+    pub latest_error_at_ms: i64,
 }
 
 /// The generator's state. Its fields are the core's: the glue reads them through the accessors
@@ -268,6 +273,8 @@ impl State {
                 largest_clock_forward_ms: 0,
                 waits: 0,
                 errors: 0,
+                latest_clock_back_at_ms: i64::MIN,
+                latest_error_at_ms: i64::MIN,
             },
         }
     }
@@ -316,11 +323,10 @@ impl State {
     pub fn next(&mut self, now_ms: i64, node: Node, max_drift_ms: u64) -> Result<Step, GenError> {
         // Bounding the inputs once lets all arithmetic below be plain i64 without overflow:
         // timestamps are at most 2^41 + 1, a clock reading beyond ±2^62 ms is nonsense anyway.
-        if self.refused {
-            self.stats.errors += 1;
-            return Err(GenError::Refused);
-        }
         let now_ms = now_ms.clamp(-(1 << 62), 1 << 62);
+        if self.refused {
+            return Err(self.fail(now_ms, GenError::Refused));
+        }
         let max_drift = max_drift_ms.min(1 << 62) as i64;
         self.observe_clock(now_ms);
         let (ms, seq) = if now_ms > self.last_ms as i64 {
@@ -336,17 +342,18 @@ impl State {
         if lead > max_drift {
             let behind = (self.last_ms as i64 - now_ms).max(0);
             if now_ms < 0 {
-                self.stats.errors += 1;
-                return Err(GenError::BeforeEpoch {
-                    before_ms: now_ms.unsigned_abs(),
-                });
+                let before_ms = now_ms.unsigned_abs();
+                return Err(self.fail(now_ms, GenError::BeforeEpoch { before_ms }));
             }
             if behind > max_drift || ms != self.last_ms + 1 {
-                self.stats.errors += 1;
-                return Err(GenError::ClockBehind {
-                    behind_ms: behind as u64,
-                    max_drift_ms,
-                });
+                let behind_ms = behind as u64;
+                return Err(self.fail(
+                    now_ms,
+                    GenError::ClockBehind {
+                        behind_ms,
+                        max_drift_ms,
+                    },
+                ));
             }
             self.stats.waits += 1;
             return Ok(Step::WaitClock {
@@ -354,8 +361,7 @@ impl State {
             });
         }
         if ms > MAX_TIMESTAMP {
-            self.stats.errors += 1;
-            return Err(GenError::TimestampExhausted);
+            return Err(self.fail(now_ms, GenError::TimestampExhausted));
         }
         if ms > self.lease_ms {
             self.stats.waits += 1;
@@ -371,6 +377,14 @@ impl State {
         Ok(Step::Issued(assemble(ms, node, seq)))
     }
 
+    /// Counts a refused call at clock reading `now_ms`.
+    #[cold]
+    fn fail(&mut self, now_ms: i64, e: GenError) -> GenError {
+        self.stats.errors += 1;
+        self.stats.latest_error_at_ms = now_ms;
+        e
+    }
+
     #[inline(always)]
     fn observe_clock(&mut self, now_ms: i64) {
         if now_ms >= self.clock_high {
@@ -382,6 +396,7 @@ impl State {
                 self.behind = true;
                 self.stats.clock_back_events += 1;
                 self.stats.latest_clock_back_ms = 0;
+                self.stats.latest_clock_back_at_ms = now_ms;
             }
             self.stats.largest_clock_back_ms = self.stats.largest_clock_back_ms.max(gap);
             self.stats.latest_clock_back_ms = self.stats.latest_clock_back_ms.max(gap);

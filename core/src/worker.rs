@@ -232,6 +232,9 @@ pub struct FleetView {
     pub conflict: Option<Claim>,
     /// Whether the conflict is one only because claims may be stale here.
     pub claims_stale: bool,
+    /// Whether claims may be stale here, conflict or not: a claims path is not applying, or
+    /// relays (see [`crate::fleet::PathWatch::claims_may_be_stale`]).
+    pub paths_stale: bool,
 }
 
 /// The lease worker's protocol: one per life of the worker. Times are the worker's monotonic
@@ -592,6 +595,7 @@ impl Worker {
             before,
             conflict: found,
             claims_stale,
+            paths_stale: stale,
         }
     }
 
