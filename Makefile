@@ -192,7 +192,7 @@ suite-major:
 # "What runs on which major"). SUITE=all (make test-all, or a major given) runs everything.
 SUITE ?= $(if $(call given,PG_MAJOR)$(call given,PG_CONFIG),all,per-major)
 SUITE_15 := all()
-SUITE_16 := binary(sql_api) | binary(package) | binary(multiwriter) | binary(durability) | binary(citus)
+SUITE_16 := binary(sql_api) | binary(package) | binary(multiwriter) | binary(durability) | binary(monitoring) | binary(citus)
 SUITE_17 := binary(sql_api) | binary(package) | binary(multiwriter) | binary(citus)
 SUITE_18 := binary(sql_api) | binary(package) | binary(citus)
 SUITE_19 := all()

@@ -14,7 +14,8 @@
 #   demo     make demo: build, and (as root) the postgres user that runs the throwaway server.
 #   test     make test, for each major: package and unit (the test binaries link the crate built
 #            with its default feature), lintian (tests/package.rs runs it on the .deb),
-#            libfaketime, Python's venv and Node.js with npm (the client recipes, tests/clients.rs),
+#            prometheus-postgres-exporter (tests/monitoring.rs scrapes it), libfaketime,
+#            Python's venv and Node.js with npm (the client recipes, tests/clients.rs),
 #            pg_partman for $PG_MAJOR where apt packages it, and (as root) the postgres user.
 #            scripts/citus.sh builds Citus when the tests need it; the Makefile's upgrade-source
 #            installs the pg_upgrade tests' older majors.
@@ -41,7 +42,7 @@ case $level in
   unit) majors=("$DEFAULT_MAJOR") ;;
   demo) owner=true ;;
   test)
-    packages+=(dpkg-dev lintian libfaketime)
+    packages+=(dpkg-dev lintian prometheus-postgres-exporter libfaketime)
     majors+=("$DEFAULT_MAJOR")
     owner=true clients=true partman=true
     ;;

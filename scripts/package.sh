@@ -48,6 +48,8 @@ install -m 644 "$tree$("$PG_CONFIG" --pkglibdir)/snowflake.so" "$libdir/"
 install -m 644 "$tree$("$PG_CONFIG" --sharedir)"/extension/snowflake* "$extdir/"
 install -m 644 sql/snowflake--*.sql "$extdir/"
 install -m 644 README.md "$doc/"
+# The query file for prometheus-postgres-exporter (docs/operations.md, "Monitoring").
+install -D -m 644 monitoring/prometheus-postgres-exporter.yaml "$doc/examples/prometheus-postgres-exporter.yaml"
 gzip -9n < CHANGELOG.md > "$doc/changelog.gz"
 
 # The library stripped as Debian's dh_strip does; its symbols and debug sections go into the

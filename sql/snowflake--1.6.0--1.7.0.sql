@@ -7,7 +7,7 @@
 -- owner is not a superuser; this update only warns.
 -- snowflake_unadopt() sets a nullable key NOT NULL, and before 17 gives the partitions of a
 -- partitioned table the identity's sequence as their default. snowflake_horizon() is for
--- pg_read_all_stats and the roles granted it.
+-- pg_read_all_stats and the roles granted it. snowflake_health() (issue 51) is new.
 
 -- A schema whose owner is not a superuser is refused by CREATE EXTENSION (src/schema_check.sql).
 -- Here only a WARNING: refusing the update would keep 1.6.0's SQL, which issue 49 broke.
@@ -378,3 +378,19 @@ REVOKE EXECUTE ON FUNCTION _snowflake_drop_partitions(regclass, oid[]) FROM PUBL
 
 REVOKE EXECUTE ON FUNCTION snowflake_horizon() FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION snowflake_horizon() TO pg_read_all_stats;
+
+-- snowflake_health() (issue 51): whether ID generation is healthy, for pg_monitor and the roles
+-- granted it (its reasons name the lease database, its owner and other servers' identifiers).
+CREATE FUNCTION "snowflake_health"() RETURNS TABLE (
+    "check_name" TEXT,
+    "status" TEXT,
+    "severity" INT,
+    "reason" TEXT,
+    "action" TEXT
+)
+STRICT VOLATILE PARALLEL SAFE
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'snowflake_health_wrapper';
+COMMENT ON FUNCTION snowflake_health() IS 'Whether ID generation is healthy: one row per check (ok, warning or critical) with its reason and what to do, the overall answer first';
+REVOKE EXECUTE ON FUNCTION snowflake_health() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION snowflake_health() TO pg_monitor;

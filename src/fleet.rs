@@ -444,6 +444,8 @@ pub fn refresh(worker: &mut Worker, settings: &Settings, now_ms: u64) {
             worker.refreshed_with_copies(now_ms, read, &peers.copies, settings, &mut g.state);
         g.conflict = view.conflict.unwrap_or(Claim::NONE);
         g.claims_stale = view.claims_stale;
+        g.paths_stale = view.paths_stale;
+        g.refreshed_at = crate::generator::monotonic_ms();
         // The pair's own refusal (a Citus group not known or changed) stands whatever the claims say.
         if g.pair.refuses() {
             g.state.set_refused(true);

@@ -57,6 +57,25 @@ pub struct Shared {
     /// A random number drawn when the server starts (shared memory is made): a physical copy of
     /// this server shares its system identifier, never this (see [`crate::core::citus::Whose`]).
     pub instance: i64,
+    /// When the lease worker last refreshed this server's claim, last granted a lease, and last
+    /// saw the clock jump forward ([`monotonic_ms`], 0 for never); whether claims may be stale
+    /// here (a claims path not applying, conflict or not). For `snowflake_health()`.
+    pub refreshed_at: u64,
+    pub granted_at: u64,
+    pub forward_jump_at: u64,
+    pub paths_stale: bool,
+}
+
+/// The monotonic clock in ms (system-wide, so comparable between processes; neither a clock
+/// step nor libfaketime, as the tests run it, moves it), never 0.
+pub fn monotonic_ms() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid clock id and a valid out-pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    (ts.tv_sec as u64 * 1000 + ts.tv_nsec as u64 / 1_000_000).max(1)
 }
 
 /// Where the pair in use came from ([`crate::core::citus`]).
@@ -183,6 +202,10 @@ impl Default for Shared {
             own_left: [0; 16],
             own_left_len: 0,
             instance: strong_random(),
+            refreshed_at: 0,
+            granted_at: 0,
+            forward_jump_at: 0,
+            paths_stale: false,
         }
     }
 }

@@ -716,14 +716,15 @@ pub extern "C-unwind" fn snowflake_lease_worker_main(_arg: pg_sys::Datum) {
     loop {
         let now_ms = started.elapsed().as_millis() as u64;
         let settings = settings();
-        let todo = {
+        let (todo, lease_before) = {
             let state = GENERATOR.share().state;
-            worker.poll(
+            let todo = worker.poll(
                 now_ms,
                 SystemClock.now_unix_ms(),
                 &state,
                 settings.max_drift_ms,
-            )
+            );
+            (todo, state.lease())
         };
         match todo {
             Todo::ReadPaths => {
@@ -767,7 +768,11 @@ pub extern "C-unwind" fn snowflake_lease_worker_main(_arg: pg_sys::Datum) {
                 crate::fleet::refresh(&mut worker, &settings, now_ms);
             }
             Todo::ForwardJump(jump) => {
-                GENERATOR.exclusive().state.record_forward_jump(jump);
+                {
+                    let mut g = GENERATOR.exclusive();
+                    g.state.record_forward_jump(jump);
+                    g.forward_jump_at = crate::generator::monotonic_ms();
+                }
                 // IDs issued from now on are dated that far ahead if the clock is wrong, and a
                 // later correction puts them in the future. Said while it can still be acted on.
                 warning!(
@@ -780,6 +785,10 @@ pub extern "C-unwind" fn snowflake_lease_worker_main(_arg: pg_sys::Datum) {
                 nap(Duration::from_millis(ms));
                 reload_if_asked();
             }
+        }
+        // A lease granted by this step (a renewal, a held one at a refresh), for the health check.
+        if GENERATOR.share().state.lease() > lease_before {
+            GENERATOR.exclusive().granted_at = crate::generator::monotonic_ms();
         }
     }
 }

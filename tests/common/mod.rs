@@ -133,3 +133,23 @@ pub fn parse_error(stderr: &str) -> PgError {
     }
     e
 }
+
+/// `target/postgresql-NN-snowflake_<version>-<revision>_<arch>.deb`, made by `make package`; one
+/// only, so that an old revision left beside it is noticed.
+pub fn find_deb_file(major: u32) -> PathBuf {
+    let target = Path::new(env!("CARGO_MANIFEST_DIR")).join("target");
+    let want = format!("postgresql-{major}-snowflake_{}-", env!("CARGO_PKG_VERSION"));
+    let found: Vec<PathBuf> = fs::read_dir(&target)
+        .expect("target/ exists")
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            let name = p.file_name().unwrap().to_string_lossy().to_string();
+            name.starts_with(&want) && name.ends_with(".deb")
+        })
+        .collect();
+    match found.as_slice() {
+        [one] => one.clone(),
+        [] => panic!("no {want}*.deb under target/: run `make package PG_MAJOR={major}` first"),
+        more => panic!("more than one {want}*.deb under target/ (remove the old): {more:?}"),
+    }
+}
