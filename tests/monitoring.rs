@@ -103,7 +103,12 @@ impl Exporter {
 
     /// Scrapes until `check` holds of a scrape, for at most `secs`; the last scrape and the
     /// exporter's log in the panic otherwise.
-    fn until(&self, secs: u64, what: &str, mut check: impl FnMut(&HashMap<String, f64>) -> bool) -> HashMap<String, f64> {
+    fn until(
+        &self,
+        secs: u64,
+        what: &str,
+        mut check: impl FnMut(&HashMap<String, f64>) -> bool,
+    ) -> HashMap<String, f64> {
         let mut last = None;
         let ok = eventually(secs, || {
             last = self.scrape();
@@ -191,7 +196,9 @@ fn the_exporter_sees_the_metrics_move_and_the_health_break() {
     );
     // The overall row names what is wrong.
     assert_eq!(
-        c.sql("SELECT status || ': ' || reason FROM snowflake_health() WHERE check_name = 'overall'"),
+        c.sql(
+            "SELECT status || ': ' || reason FROM snowflake_health() WHERE check_name = 'overall'"
+        ),
         "critical: critical: clock; warning: clock_steps, refusals"
     );
     c.set_fake_offset("+0s");
@@ -227,10 +234,17 @@ fn the_exporter_sees_the_metrics_move_and_the_health_break() {
         health(m, "lease_worker") == 2.0
     });
     assert_eq!(health(&m, "overall"), 2.0);
-    assert!(c
-        .sql("SELECT reason FROM snowflake_health() WHERE check_name = 'lease_worker'")
-        .contains("it is blocked"));
-    c.sql("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'locker'");
+    // Its refresh waits for the lock until lock_timeout (5 s), the worker exits and starts
+    // again a second later: not running, then blocked, until the lock goes.
+    let reason = "SELECT reason FROM snowflake_health() WHERE check_name = 'lease_worker'";
+    assert!(
+        eventually(40, || c.sql(reason).contains("it is blocked")),
+        "{}",
+        c.sql(reason)
+    );
+    c.sql(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'locker'",
+    );
     let _ = locker.wait();
     exporter.until(30, "lease_worker ok again", |m| {
         health(m, "lease_worker") == 0.0
@@ -274,9 +288,11 @@ fn health_is_for_monitoring_roles_and_reads_nothing_else() {
          SET ROLE nobody; \
          CREATE FUNCTION monitor.snowflake_health() RETURNS TABLE (check_name text, status text) \
            LANGUAGE sql AS $$ SELECT 'overall', 'planted' $$; \
+         GRANT USAGE ON SCHEMA monitor TO PUBLIC; \
          RESET ROLE",
     );
-    let planted = "SELECT check_name || '=' || status FROM snowflake_health() WHERE check_name = 'overall'";
+    let planted =
+        "SELECT check_name || '=' || status FROM snowflake_health() WHERE check_name = 'overall'";
     assert_eq!(c.try_sql_as("monitor", planted).unwrap(), "overall=planted");
     c.sql("ALTER ROLE monitor SET search_path = public");
     for role in ["monitor", "checker"] {

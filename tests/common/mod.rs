@@ -138,7 +138,10 @@ pub fn parse_error(stderr: &str) -> PgError {
 /// only, so that an old revision left beside it is noticed.
 pub fn find_deb_file(major: u32) -> PathBuf {
     let target = Path::new(env!("CARGO_MANIFEST_DIR")).join("target");
-    let want = format!("postgresql-{major}-snowflake_{}-", env!("CARGO_PKG_VERSION"));
+    let want = format!(
+        "postgresql-{major}-snowflake_{}-",
+        env!("CARGO_PKG_VERSION")
+    );
     let found: Vec<PathBuf> = fs::read_dir(&target)
         .expect("target/ exists")
         .filter_map(|e| e.ok().map(|e| e.path()))
