@@ -588,7 +588,8 @@ mod tests {
 
     #[test]
     fn each_state_a_dba_acts_on_is_reported() {
-        let cases: Vec<(&str, Status, Box<dyn Fn(&mut Facts)>)> = vec![
+        type Break = Box<dyn Fn(&mut Facts)>;
+        let cases: Vec<(&str, Status, Break)> = vec![
             (
                 "pair",
                 Status::Warning,
