@@ -379,10 +379,26 @@ fn quick_start_on(c: &Cluster) {
         "the Quick start's configuration failed:\n{printed}"
     );
     // The check printed no file that overrides the recipe's lines, and the restart sent no
-    // server log to the calling shell.
+    // server log to the calling shell: the restarted server logs to the cluster's log file
+    // (Debian's) or to the one the recipe gives pg_ctl.
     assert!(
         !printed.contains(".conf") && !printed.contains("LOG:"),
         "the Quick start printed:\n{printed}"
+    );
+    let log = if c.debian.is_some() {
+        c.log()
+    } else {
+        fs::read_to_string(c.data.join("server.log")).unwrap_or_default()
+    };
+    assert!(
+        log.contains("database system is shut down") || c.debian.is_none(),
+        "{log}"
+    );
+    assert!(
+        log.rsplit("database system is shut down")
+            .next()
+            .is_some_and(|after| after.contains("ready to accept connections")),
+        "the restarted server's log is not in its log file:\n{log}"
     );
     let lines: Vec<String> = c
         .script(&readme_recipe("quick-start"))

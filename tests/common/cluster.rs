@@ -671,6 +671,7 @@ fn drop_stale_debian_clusters() {
                 let _ = Command::new("pg_dropcluster")
                     .args(["--stop", &v.file_name().to_string_lossy(), &name])
                     .output();
+                let _ = fs::remove_dir_all(c.path());
             }
         }
     }
@@ -697,6 +698,8 @@ impl Drop for Cluster {
             let _ = Command::new("pg_dropcluster")
                 .args(["--stop", &major.to_string(), name])
                 .output();
+            // pg_dropcluster leaves the files it did not make (conf.d/*.conf).
+            let _ = fs::remove_dir_all(&self.conf_dir);
         }
         if std::env::var_os("SNOWFLAKE_KEEP_CLUSTERS").is_none() && !std::thread::panicking() {
             let _ = fs::remove_dir_all(&self.dir);
