@@ -1,8 +1,8 @@
 //! docs/from-pgedge.md, run as written: tables move from pgEdge's extension (also named
 //! `snowflake`), built from its public source by scripts/pgedge.sh into a private copy of the
-//! server under test, to this one. Every existing ID stays, the old IDs decode to pgEdge's node
-//! and time, and new IDs are above them. The database and its tables belong to another role,
-//! who has planted stand-ins for what the recipes call.
+//! server under test, to this one, on a cluster laid out as Debian's. Every existing ID stays,
+//! the old IDs decode to pgEdge's node and time, and new IDs are above them. The database and
+//! its tables belong to another role, who has planted stand-ins for what the recipes call.
 
 mod common;
 use common::{as_owner, bindir, readme_recipe, recipe_traps, run, Cluster};
@@ -62,10 +62,11 @@ fn app_sql(c: &Cluster, user: &str, sql: &str) -> String {
 #[test]
 fn tables_move_from_pgedges_extension_keeping_their_ids() {
     // pgEdge's node 70 is the pair (2, 6).
-    let mut c = Cluster::of(
+    // Laid out as Debian's (conf.d/), where the recipe writes its settings.
+    let mut c = Cluster::debian_style(
         &pgedge_bindir(),
         "from-pgedge",
-        "snowflake.node = 70",
+        "snowflake.node = 70\nsnowflake.max_clock_drift = '60s'",
         false,
     );
     c.start();
@@ -128,9 +129,19 @@ fn tables_move_from_pgedges_extension_keeping_their_ids() {
     run_as_owner(&c, "from-pgedge");
     // Step 2: the server's own extension files swapped for this project's (the server under
     // test has them), and a start: it would refuse pgEdge's snowflake.node.
+    // Its clock 10 s behind pgEdge's: the new IDs are above the old ones by the floor, not by
+    // the clock (where libfaketime reaches the lease worker: 16 and later).
     c.stop("fast");
     c.bin = bindir();
+    c.fake_time(Some("-10s"));
     c.start();
+    if !common::worker_sees_the_clock(&c) {
+        c.stop("fast");
+        c.env.clear();
+        c.start();
+    }
+    let written = std::fs::read_to_string(c.conf_dir.join("conf.d/snowflake.conf")).unwrap();
+    assert!(written.contains("snowflake.worker_id = 6"), "{written}");
     run_as_owner(&c, "from-pgedge-adopt");
 
     assert_eq!(
