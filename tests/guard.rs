@@ -205,7 +205,21 @@ fn partitions_encodings_and_misuse() {
 
     // LATIN1: the column is found by its bytes, and named with them escaped.
     c.sql("CREATE DATABASE l1 ENCODING 'LATIN1' LC_COLLATE 'C' LC_CTYPE 'C' TEMPLATE template0");
-    let l1 = |sql: &str| c.try_sql_in("l1", sql);
+    // The client speaks UTF-8; the server stores LATIN1 (é is the byte 0xE9 there).
+    let l1 = |sql: &str| {
+        let out = c
+            .psql_cmd("l1")
+            .env("PGCLIENTENCODING", "UTF8")
+            .arg("-c")
+            .arg(sql)
+            .output()
+            .unwrap();
+        if out.status.success() {
+            Ok(())
+        } else {
+            Err(common::parse_error(&String::from_utf8_lossy(&out.stderr)))
+        }
+    };
     l1("CREATE EXTENSION snowflake; \
         CREATE TABLE t (\"clé\" bigint DEFAULT snowflake_nextval()); \
         CREATE TRIGGER g BEFORE INSERT OR UPDATE ON t FOR EACH ROW EXECUTE FUNCTION snowflake_guard('clé'); \
