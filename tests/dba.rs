@@ -291,11 +291,16 @@ fn max_clock_drift_out_of_range_names_its_bounds_in_ms() {
         assert_eq!(e.sqlstate, "22023", "{}", e.raw);
         assert_eq!(e.message, format!("{shown} ms {range}"), "{}", e.raw);
         assert!(
-            e.detail.contains("takes a time from 100 ms up to 25451 days"),
+            e.detail
+                .contains("takes a time from 100 ms up to 25451 days"),
             "{}",
             e.raw
         );
-        assert_eq!(e.hint, "Give a value in that range, such as '10s'.", "{}", e.raw);
+        assert_eq!(
+            e.hint, "Give a value in that range, such as '10s'.",
+            "{}",
+            e.raw
+        );
     }
     c.sql("ALTER SYSTEM SET snowflake.max_clock_drift = '1.5s'");
     c.sql("SELECT pg_reload_conf()");

@@ -14,7 +14,9 @@ const CONF: &str =
 fn guarded(name: &str, extra: &str) -> Cluster {
     let mut c = Cluster::new(name, &format!("{CONF}\n{extra}"));
     c.start();
-    c.sql("CREATE EXTENSION snowflake; CREATE ROLE app LOGIN; GRANT CREATE ON SCHEMA public TO app");
+    c.sql(
+        "CREATE EXTENSION snowflake; CREATE ROLE app LOGIN; GRANT CREATE ON SCHEMA public TO app",
+    );
     as_app(
         &c,
         "CREATE TABLE public.orders (id bigint PRIMARY KEY DEFAULT snowflake_nextval(), note text)",
@@ -50,7 +52,8 @@ fn an_explicit_id_the_generator_would_reach_is_refused_at_its_statement() {
     );
     assert_eq!(e.sqlstate, "23514", "{}", e.raw);
     assert!(
-        e.message.contains("is one that this server's snowflake_nextval() would issue later"),
+        e.message
+            .contains("is one that this server's snowflake_nextval() would issue later"),
         "{}",
         e.raw
     );
@@ -68,7 +71,10 @@ fn an_explicit_id_the_generator_would_reach_is_refused_at_its_statement() {
         e.raw
     );
     // The same in a table without the guard is stored: what issue 51 called a time bomb.
-    as_app(&c, "CREATE TABLE plain (id bigint PRIMARY KEY DEFAULT snowflake_nextval())");
+    as_app(
+        &c,
+        "CREATE TABLE plain (id bigint PRIMARY KEY DEFAULT snowflake_nextval())",
+    );
     as_app(&c, &format!("INSERT INTO plain VALUES ({ahead})"));
 
     // COPY, INSERT ... ON CONFLICT (both arms), UPDATE of the key.
@@ -77,18 +83,30 @@ fn an_explicit_id_the_generator_would_reach_is_refused_at_its_statement() {
     for sql in [
         format!("COPY orders (id, note) FROM PROGRAM 'echo {id},copied' (FORMAT csv)"),
         format!("INSERT INTO orders (id) VALUES ({id}) ON CONFLICT DO NOTHING"),
-        format!("INSERT INTO orders (id) VALUES ({existing}) ON CONFLICT (id) DO UPDATE SET id = {id}"),
+        format!(
+            "INSERT INTO orders (id) VALUES ({existing}) ON CONFLICT (id) DO UPDATE SET id = {id}"
+        ),
         format!("UPDATE orders SET id = {id}"),
     ] {
         let e = c.sql_err(&sql);
         assert_eq!(e.sqlstate, "23514", "{sql}: {}", e.raw);
-        assert!(e.message.contains(&format!("explicit ID {id} ")), "{}", e.raw);
+        assert!(
+            e.message.contains(&format!("explicit ID {id} ")),
+            "{}",
+            e.raw
+        );
     }
     // A row that keeps its key, and a key below what the generator issued, pass.
     as_app(&c, "UPDATE orders SET id = id, note = 'kept'");
     let gone = as_app(&c, "DELETE FROM orders RETURNING id");
-    as_app(&c, &format!("INSERT INTO orders (id, note) VALUES ({gone}, 'back')"));
-    as_app(&c, "INSERT INTO orders (id) SELECT snowflake_nextval() FROM generate_series(1, 100)");
+    as_app(
+        &c,
+        &format!("INSERT INTO orders (id, note) VALUES ({gone}, 'back')"),
+    );
+    as_app(
+        &c,
+        "INSERT INTO orders (id) SELECT snowflake_nextval() FROM generate_series(1, 100)",
+    );
 
     // Another pair: refused only more than max_clock_drift (10 s) ahead of the clock.
     let e = app_err(
@@ -96,22 +114,41 @@ fn an_explicit_id_the_generator_would_reach_is_refused_at_its_statement() {
         "INSERT INTO orders (id) VALUES (snowflake_compose(now() + interval '1 min', 3, 4, 0))",
     );
     assert_eq!(e.sqlstate, "23514", "{}", e.raw);
-    assert!(e.message.contains("the server of its pair would issue later"), "{}", e.raw);
     assert!(
-        e.detail.contains("more than snowflake.max_clock_drift (10000 ms) allows")
-            && e.detail.contains("this server's pair is datacenter_id 1, worker_id 2"),
+        e.message
+            .contains("the server of its pair would issue later"),
         "{}",
         e.raw
     );
-    as_app(&c, "INSERT INTO orders (id) VALUES (snowflake_compose(now() + interval '5 s', 3, 4, 0))");
-    as_app(&c, "INSERT INTO orders (id) VALUES (snowflake_compose(now() - interval '1 day', 3, 4, 0))");
+    assert!(
+        e.detail
+            .contains("more than snowflake.max_clock_drift (10000 ms) allows")
+            && e.detail
+                .contains("this server's pair is datacenter_id 1, worker_id 2"),
+        "{}",
+        e.raw
+    );
+    as_app(
+        &c,
+        "INSERT INTO orders (id) VALUES (snowflake_compose(now() + interval '5 s', 3, 4, 0))",
+    );
+    as_app(
+        &c,
+        "INSERT INTO orders (id) VALUES (snowflake_compose(now() - interval '1 day', 3, 4, 0))",
+    );
 
     // The HINT's fix: the floor above the ID (as a superuser), then the same INSERT passes, and
     // the defaults continue above it.
     c.sql(&format!("SELECT snowflake_set_floor({id})"));
-    as_app(&c, &format!("INSERT INTO orders (id, note) VALUES ({id}, 'after the floor')"));
+    as_app(
+        &c,
+        &format!("INSERT INTO orders (id, note) VALUES ({id}, 'after the floor')"),
+    );
     assert_eq!(
-        as_app(&c, &format!("INSERT INTO orders DEFAULT VALUES RETURNING id > {id}")),
+        as_app(
+            &c,
+            &format!("INSERT INTO orders DEFAULT VALUES RETURNING id > {id}")
+        ),
         "t"
     );
     // The guard never raised the floor itself: the table without it still holds a bomb for
@@ -132,7 +169,10 @@ fn the_generators_own_ids_pass_under_load() {
          INSERT INTO orders (id, note) VALUES (:x, 'explicit');\n",
         &["-c", "6", "-j", "3", "-t", "400"],
     );
-    assert!(out.contains("number of transactions actually processed: 2400"), "{out}");
+    assert!(
+        out.contains("number of transactions actually processed: 2400"),
+        "{out}"
+    );
     assert_eq!(c.sql("SELECT count(*) FROM orders"), "7200");
 }
 
@@ -175,7 +215,11 @@ fn logical_replication_apply_is_not_refused() {
         subscriber.sql("SELECT count(*) FROM orders"),
         subscriber.log()
     );
-    assert!(!subscriber.log().contains("explicit ID"), "{}", subscriber.log());
+    assert!(
+        !subscriber.log().contains("explicit ID"),
+        "{}",
+        subscriber.log()
+    );
     // The guard is active there for sessions.
     let e = subscriber.sql_err(&dangerous(3));
     assert_eq!(e.sqlstate, "23514", "{}", e.raw);
@@ -196,7 +240,10 @@ fn partitions_encodings_and_misuse() {
          CREATE TRIGGER events_snowflake_guard BEFORE INSERT OR UPDATE OF id ON events \
              FOR EACH ROW EXECUTE FUNCTION snowflake_guard('id')",
     );
-    as_app(&c, "INSERT INTO events (note) SELECT 'x' FROM generate_series(1, 10)");
+    as_app(
+        &c,
+        "INSERT INTO events (note) SELECT 'x' FROM generate_series(1, 10)",
+    );
     let e = app_err(&c, &format!("INSERT INTO events (id) VALUES ({ahead})"));
     assert_eq!(e.sqlstate, "23514", "{}", e.raw);
     assert!(e.detail.contains("table \"events_a\""), "{}", e.raw);
@@ -227,15 +274,34 @@ fn partitions_encodings_and_misuse() {
     .unwrap();
     let e = l1(&format!("INSERT INTO t VALUES ({ahead})")).unwrap_err();
     assert_eq!(e.sqlstate, "23514", "{}", e.raw);
-    assert!(e.detail.contains("Column \"cl\\xE9\" of table \"t\""), "{}", e.raw);
+    assert!(
+        e.detail.contains("Column \"cl\\xE9\" of table \"t\""),
+        "{}",
+        e.raw
+    );
 
     // Misuse: a column that is not there, or not bigint; the wrong kind of trigger.
     for (trigger, sqlstate) in [
-        ("BEFORE INSERT ON orders FOR EACH ROW EXECUTE FUNCTION snowflake_guard('nope')", "42703"),
-        ("BEFORE INSERT ON orders FOR EACH ROW EXECUTE FUNCTION snowflake_guard('note')", "42804"),
-        ("AFTER INSERT ON orders FOR EACH ROW EXECUTE FUNCTION snowflake_guard()", "39P01"),
-        ("BEFORE INSERT ON orders FOR EACH STATEMENT EXECUTE FUNCTION snowflake_guard()", "39P01"),
-        ("BEFORE INSERT ON orders FOR EACH ROW EXECUTE FUNCTION snowflake_guard('id', 'x')", "22023"),
+        (
+            "BEFORE INSERT ON orders FOR EACH ROW EXECUTE FUNCTION snowflake_guard('nope')",
+            "42703",
+        ),
+        (
+            "BEFORE INSERT ON orders FOR EACH ROW EXECUTE FUNCTION snowflake_guard('note')",
+            "42804",
+        ),
+        (
+            "AFTER INSERT ON orders FOR EACH ROW EXECUTE FUNCTION snowflake_guard()",
+            "39P01",
+        ),
+        (
+            "BEFORE INSERT ON orders FOR EACH STATEMENT EXECUTE FUNCTION snowflake_guard()",
+            "39P01",
+        ),
+        (
+            "BEFORE INSERT ON orders FOR EACH ROW EXECUTE FUNCTION snowflake_guard('id', 'x')",
+            "22023",
+        ),
     ] {
         as_app(&c, &format!("CREATE TRIGGER wrong {trigger}"));
         let e = app_err(&c, "INSERT INTO orders (note) VALUES ('x')");
@@ -267,7 +333,10 @@ fn rows_come_in_with_their_ids_after_the_floor() {
     // The defaults continue above them: no duplicate key, in the seconds the rows cover.
     let past = format!("SELECT clock_timestamp() > to_timestamp({newest} / 1000.0)");
     loop {
-        as_app(&c, "INSERT INTO orders (note) SELECT 'new' FROM generate_series(1, 200)");
+        as_app(
+            &c,
+            "INSERT INTO orders (note) SELECT 'new' FROM generate_series(1, 200)",
+        );
         if c.sql(&past) == "t" {
             break;
         }

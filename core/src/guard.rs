@@ -124,7 +124,10 @@ mod tests {
             Err(Danger::AboveOwn { last_id: Some(id) })
         );
         // Below the last: the generator never comes back to it, however old.
-        assert_eq!(judge(assemble(1, own(), 7), own(), &s, 5_000, DRIFT), Ok(()));
+        assert_eq!(
+            judge(assemble(1, own(), 7), own(), &s, 5_000, DRIFT),
+            Ok(())
+        );
     }
 
     #[test]
@@ -135,7 +138,13 @@ mod tests {
         s.ensure_above(target, 5_000, DRIFT).unwrap();
         assert_eq!(judge(target, own(), &s, 5_000, DRIFT), Ok(()));
         assert_eq!(
-            judge(assemble(8_000, own(), MAX_SEQUENCE), own(), &s, 5_000, DRIFT),
+            judge(
+                assemble(8_000, own(), MAX_SEQUENCE),
+                own(),
+                &s,
+                5_000,
+                DRIFT
+            ),
             Ok(())
         );
         assert!(judge(assemble(8_001, own(), 0), own(), &s, 5_000, DRIFT).is_err());
@@ -150,7 +159,10 @@ mod tests {
         );
         // Another pair's past IDs still pass.
         let other = Node::new(3, 4).unwrap();
-        assert_eq!(judge(assemble(1, other, 0), own(), &s, 5_000, DRIFT), Ok(()));
+        assert_eq!(
+            judge(assemble(1, other, 0), own(), &s, 5_000, DRIFT),
+            Ok(())
+        );
     }
 
     #[test]
@@ -159,10 +171,15 @@ mod tests {
         let other = Node::new(1, 3).unwrap();
         let other_dc = Node::new(2, 2).unwrap();
         for node in [other, other_dc] {
-            assert_eq!(judge(assemble(5_000 + DRIFT, node, 4095), own(), &s, 5_000, DRIFT), Ok(()));
+            assert_eq!(
+                judge(assemble(5_000 + DRIFT, node, 4095), own(), &s, 5_000, DRIFT),
+                Ok(())
+            );
             assert_eq!(
                 judge(assemble(5_001 + DRIFT, node, 0), own(), &s, 5_000, DRIFT),
-                Err(Danger::AheadOfClock { ahead_ms: DRIFT + 1 })
+                Err(Danger::AheadOfClock {
+                    ahead_ms: DRIFT + 1
+                })
             );
             assert_eq!(judge(assemble(0, node, 0), own(), &s, 5_000, DRIFT), Ok(()));
         }
