@@ -9,11 +9,27 @@ use common::{as_owner, bindir, readme_recipe, recipe_traps, run, Cluster};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-/// The bin directory of the server under test's copy with pgEdge's extension installed.
-fn pgedge_bindir() -> PathBuf {
+/// The bin directory of the server under test's copy with pgEdge's extension installed; `None`
+/// where its pinned source cannot be had (no tarball given or cached, and GitHub unreachable: a
+/// machine without internet access), unless `SNOWFLAKE_PGEDGE_REQUIRED` is set. The project may
+/// not carry another project's source, so a CI machine without GitHub skips this one test, and
+/// says so.
+fn pgedge_bindir() -> Option<PathBuf> {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/pgedge.sh");
+    let source = Command::new(&script).arg("--source").output().unwrap();
+    if !source.status.success() {
+        let why = String::from_utf8_lossy(&source.stderr);
+        assert!(
+            std::env::var_os("SNOWFLAKE_PGEDGE_REQUIRED").is_none(),
+            "pgEdge's source is required: {why}"
+        );
+        eprintln!("SKIPPED: pgEdge's snowflake 2.6.0 source is not available here:\n{why}");
+        return None;
+    }
     let pg_config = bindir().join("pg_config");
-    PathBuf::from(run(Command::new(script).arg(pg_config)).trim())
+    Some(PathBuf::from(
+        run(Command::new(script).arg(pg_config)).trim(),
+    ))
 }
 
 /// Runs a shell recipe as the server's operating-system user, in the cluster's directory, with
@@ -63,8 +79,11 @@ fn app_sql(c: &Cluster, user: &str, sql: &str) -> String {
 fn tables_move_from_pgedges_extension_keeping_their_ids() {
     // pgEdge's node 70 is the pair (2, 6).
     // Laid out as Debian's (conf.d/), where the recipe writes its settings.
+    let Some(pgedge) = pgedge_bindir() else {
+        return;
+    };
     let mut c = Cluster::debian_style(
-        &pgedge_bindir(),
+        &pgedge,
         "from-pgedge",
         "snowflake.node = 70\nsnowflake.max_clock_drift = '60s'",
         false,
