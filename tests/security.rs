@@ -748,6 +748,7 @@ fn app_recipes() -> Vec<(&'static str, String)> {
             common::readme_recipe("partitions-off-utc"),
         ),
         ("horizon-holders", common::readme_recipe("horizon-holders")),
+        ("checklist", common::readme_recipe("checklist")),
         // Last: it drops the extension.
         ("removal", common::readme_recipe("removal")),
     ]
