@@ -566,7 +566,10 @@ fn renew(worker: &mut Worker, settings: &Settings, now_ms: u64) {
                 None,
             );
             crate::syncrep::wait_for_last_commit();
-            worker.replicated(&mut GENERATOR.exclusive().state);
+            // The mark as it is now, after the confirmation: a restore that lowered it while the
+            // commit waited leaves the lease ungranted, and the next renewal writes it back.
+            let mark = BackgroundWorker::transaction(read_mark);
+            worker.replicated(mark, &mut GENERATOR.exclusive().state);
         }
     }
     // Written, or a mark followed without a write: the errors name its epoch.

@@ -698,11 +698,19 @@ impl Worker {
     }
 
     /// The synchronous standbys have confirmed the commit of the lease that
-    /// [`Worker::renew_committed`] left unreplicated (rule 5): granted now, or held as rule 7 says
-    /// if the claim was silent at its commit. Returns whether it was granted (false too when no
-    /// lease awaits them).
-    pub fn replicated(&mut self, state: &mut State) -> bool {
+    /// [`Worker::renew_committed`] left unreplicated (rule 5), and the mark now reads `mark`
+    /// (its value and the epoch recorded beside it, read after the confirmation): granted now,
+    /// or held as rule 7 says if the claim was silent at its commit. Not granted if the mark was
+    /// lowered below the lease while the commit waited (a restore of `_snowflake`): the lease is
+    /// in WAL that the standbys have, but so is the lower mark after it, and a failover to one
+    /// of them would issue its IDs again. The lease is dropped then, and the next renewal writes
+    /// the worker's own mark back above it (and waits for the standbys again). Returns whether
+    /// it was granted (false too when no lease awaits them).
+    pub fn replicated(&mut self, mark: (i64, Option<i64>), state: &mut State) -> bool {
         match self.unreplicated.take() {
+            Some((write, _)) if restored_floor(mark.0, mark.1, self.epoch_ms) < write.lease_ms => {
+                false
+            }
             Some((write, silent)) => self.settle(&write, silent, state),
             None => false,
         }
@@ -1235,9 +1243,10 @@ mod tests {
         assert_eq!(s.lease(), Some(0));
         assert_eq!(w.mark_read(written, Some(EPOCH), &mut s).found, None);
         // Confirmed: granted.
-        assert!(w.replicated(&mut s));
+        let mark = (written, Some(EPOCH));
+        assert!(w.replicated(mark, &mut s));
         assert_eq!(s.lease(), Some(write.lease_ms));
-        assert!(!w.replicated(&mut s));
+        assert!(!w.replicated(mark, &mut s));
         // A later renewal supersedes one still waiting: its confirmation grants nothing.
         let (mut s, mut w, write) = first_lease_at_20s();
         unconfirmed(&mut w, &mut s, 1, &write);
@@ -1250,15 +1259,44 @@ mod tests {
             &mut s,
         );
         assert!(!w.awaits_standbys());
-        assert!(!w.replicated(&mut s));
+        assert!(!w.replicated(mark, &mut s));
         assert_eq!(s.lease(), Some(0));
         // A commit that waited past the claim's expiry (less a refresh): confirmed, the lease is
         // still held for the refresh.
         let (mut s, mut w, write) = first_lease_at_20s();
         unconfirmed(&mut w, &mut s, 20_000, &write);
-        assert!(!w.replicated(&mut s));
+        assert!(!w.replicated(mark, &mut s));
         assert_eq!(s.lease(), Some(0));
         w.refreshed(20_001, refreshed(vec![]), &settings(), &mut s);
+        assert_eq!(s.lease(), Some(write.lease_ms));
+    }
+
+    #[test]
+    fn a_lease_whose_mark_was_lowered_while_it_waited_for_the_standbys_is_not_granted() {
+        // A restore of `_snowflake` lowered the mark while the commit waited: the standbys that
+        // confirmed the lease have the lower mark after it, and a failover to one of them would
+        // start there. No grant; the next renewal writes the worker's own mark back.
+        let (mut s, mut w, write) = first_lease_at_20s();
+        unconfirmed(&mut w, &mut s, 1, &write);
+        let restored = (EPOCH + 1_000, Some(EPOCH));
+        assert!(!w.replicated(restored, &mut s));
+        assert_eq!(s.lease(), Some(0));
+        assert!(!w.awaits_standbys());
+        let plan = w.renew_read(
+            EPOCH + 20_000,
+            None,
+            restored.0,
+            restored.1,
+            &settings(),
+            &mut s,
+        );
+        let again = plan.write.expect("a renewal");
+        assert!(plan.found.is_some_and(|f| f.lowered));
+        assert!(again.mark_unix_ms.max(again.own_unix_ms) >= write.mark_unix_ms);
+        // A mark raised from outside meanwhile (a floor set, another epoch's dump) grants it.
+        let (mut s, mut w, write) = first_lease_at_20s();
+        unconfirmed(&mut w, &mut s, 1, &write);
+        assert!(w.replicated((write.mark_unix_ms + 5, Some(EPOCH)), &mut s));
         assert_eq!(s.lease(), Some(write.lease_ms));
     }
 

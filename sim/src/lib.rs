@@ -919,7 +919,7 @@ impl World {
                 if t < s.commits_wait_until {
                     return;
                 }
-                w.replicated(&mut s.shm);
+                w.replicated((s.db.mark, s.db.mark_epoch), &mut s.shm);
                 // A restore that lowered the mark while the lease waited leaves it below what
                 // may be issued now, as one right after a grant does (the docs' limit of
                 // restoring `_snowflake`: the next look writes it back).
