@@ -153,9 +153,13 @@ fn the_readme_stays_short_and_starts_with_the_quick_start() {
     // build host and installed on the server, then `make install` on the server as the second
     // way; its configuration and SQL follow within the first 6 KB.
     let quick = readme.find("## Quick start").expect("a Quick start");
-    let package = readme.find("make package").expect("the Quick start builds a package");
+    let package = readme
+        .find("make package")
+        .expect("the Quick start builds a package");
     let apt = readme.find("apt-get install ./").expect("and installs it");
-    let install = readme.find("make install").expect("make install as the second way");
+    let install = readme
+        .find("make install")
+        .expect("make install as the second way");
     let configure = readme.find("<!-- recipe: quick-start-configure ").unwrap();
     let end = readme.find("<!-- recipe: quick-start ").unwrap() + 1000;
     assert!(
@@ -490,9 +494,7 @@ fn the_reference_lists_every_error_message_the_code_raises() {
         parts.push(rest);
         for part in parts.iter().flat_map(|p| p.split('\u{0}')) {
             let part = part.trim();
-            if part.chars().filter(|c| c.is_alphanumeric()).count() >= 4
-                && !errors.contains(part)
-            {
+            if part.chars().filter(|c| c.is_alphanumeric()).count() >= 4 && !errors.contains(part) {
                 missing.push(format!("{file}: \"{part}\" of \"{msg}\""));
             }
         }
@@ -536,7 +538,10 @@ fn the_deployment_checklist_works_as_written() {
         );
     }
     assert_eq!(got["pair set"].0, "1/7");
-    assert_eq!(got["epoch"].0, c.sql("SELECT epoch::text FROM snowflake_node()"));
+    assert_eq!(
+        got["epoch"].0,
+        c.sql("SELECT epoch::text FROM snowflake_node()")
+    );
     assert_eq!(got["lease database owned by a superuser"].0, "postgres");
     // A server that kept the default pair, and a schema others may create in, fail their checks.
     let mut d = Cluster::new("checklist-default", "");

@@ -1113,7 +1113,11 @@ fn a_claim_relayed_through_another_server_never_expires_by_silence() {
     };
     assert!(c.log().contains(relays), "{}", c.log());
     assert!(
-        !c.log().contains(if pg_major() >= 16 { "retire a server that leaves" } else { "origin = none" }),
+        !c.log().contains(if pg_major() >= 16 {
+            "retire a server that leaves"
+        } else {
+            "origin = none"
+        }),
         "the LOG line speaks of another major: {}",
         c.log()
     );
