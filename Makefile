@@ -194,7 +194,7 @@ SUITE ?= $(if $(call given,PG_MAJOR)$(call given,PG_CONFIG),all,per-major)
 SUITE_15 := all()
 SUITE_16 := binary(sql_api) | binary(package) | binary(multiwriter) | binary(durability) | binary(citus)
 SUITE_17 := binary(sql_api) | binary(package) | binary(multiwriter) | binary(citus)
-SUITE_18 := binary(sql_api) | binary(package) | binary(citus)
+SUITE_18 := binary(sql_api) | binary(package) | binary(citus) | binary(guard)
 SUITE_19 := all()
 # Whether the suite chosen runs tests/pg_upgrade.rs (only then are the older majors built).
 RUNS_UPGRADES = $(if $(SUITE_FILTER),$(findstring pg_upgrade,$(SUITE_FILTER)),yes)

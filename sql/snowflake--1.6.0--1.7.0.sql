@@ -7,7 +7,8 @@
 -- owner is not a superuser; this update only warns.
 -- snowflake_unadopt() sets a nullable key NOT NULL, and before 17 gives the partitions of a
 -- partitioned table the identity's sequence as their default. snowflake_horizon() is for
--- pg_read_all_stats and the roles granted it.
+-- pg_read_all_stats and the roles granted it. snowflake_guard() is a trigger that refuses an
+-- explicit ID a generator would issue again later (issue 51).
 
 -- A schema whose owner is not a superuser is refused by CREATE EXTENSION (src/schema_check.sql).
 -- Here only a WARNING: refusing the update would keep 1.6.0's SQL, which issue 49 broke.
@@ -378,3 +379,8 @@ REVOKE EXECUTE ON FUNCTION _snowflake_drop_partitions(regclass, oid[]) FROM PUBL
 
 REVOKE EXECUTE ON FUNCTION snowflake_horizon() FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION snowflake_horizon() TO pg_read_all_stats;
+
+CREATE FUNCTION snowflake_guard() RETURNS trigger
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'snowflake_guard_wrapper';
+COMMENT ON FUNCTION snowflake_guard() IS 'Trigger: refuses an explicit snowflake ID that a generator would issue again later (its argument names the key column, id by default)';

@@ -334,13 +334,25 @@ impl Setting {
                 unit,
                 ..
             } => GucRegistry::define_int_guc(name, short, long, value, min, max, context, unit),
-            Kind::Real {
-                value,
-                min,
-                max,
-                unit,
-                ..
-            } => GucRegistry::define_float_guc(name, short, long, value, min, max, context, unit),
+            // PostgreSQL's own refusal of a real setting out of its bounds prints them with %g
+            // (`(100 .. 2.19902e+12)`): its bounds are the widest, and the hook refuses a value
+            // outside the setting's own with integer bounds, its DETAIL and a HINT.
+            // SAFETY: the hook cannot panic: it compares numbers and formats text.
+            Kind::Real { value, unit, .. } => unsafe {
+                GucRegistry::define_float_guc_with_hooks(
+                    name,
+                    short,
+                    long,
+                    value,
+                    -f64::MAX,
+                    f64::MAX,
+                    context,
+                    unit,
+                    Some(check_max_clock_drift_hook),
+                    None,
+                    None,
+                )
+            },
             Kind::Bool { value } => {
                 GucRegistry::define_bool_guc(name, short, long, value, context, GucFlags::empty())
             }
@@ -496,13 +508,18 @@ impl Setting {
         let name = self.name();
         fatal(
             PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
-            format!(
-                "{v}{u} is outside the valid range for parameter \"{name}\" ({min}{u} .. {max}{u})"
-            ),
+            out_of_range_message(name, v, min, max, u),
             Some(format!("\"{name}\" takes {takes}.")),
             Some(&fix_hint(name, "Fix it")),
         )
     }
+}
+
+/// PostgreSQL's words for a value outside a setting's bounds, with the numbers as Rust prints
+/// them: a whole number of milliseconds as an integer (`2199023255551`, where PostgreSQL's `%g`
+/// gives `2.19902e+12`).
+fn out_of_range_message<T: Display>(name: &str, v: T, min: T, max: T, u: &str) -> String {
+    format!("{v}{u} is outside the valid range for parameter \"{name}\" ({min}{u} .. {max}{u})")
 }
 
 /// The raw text of a setting as PostgreSQL holds it (a placeholder before we define it).
@@ -642,7 +659,13 @@ fn check_pair_source(source: PairSource, settings: &[(String, pg_sys::GucSource:
             PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
             format!("snowflake.pair_source = '{name}' needs snowflake.citus_database"),
             Some("The pair comes from the node's Citus group, which the Citus worker reads in the database where the citus extension is.".into()),
-            Some("Set snowflake.citus_database to that database in postgresql.conf and start the server again."),
+            Some(&format!(
+                "Set snowflake.citus_database to that database {}, and start the server again.",
+                set_at("snowflake.pair_source").map_or_else(
+                    || "in postgresql.conf".to_string(),
+                    |at| format!("beside snowflake.pair_source (set {at})")
+                )
+            )),
         );
     }
     let replaced: &[&str] = match source {
@@ -657,7 +680,10 @@ fn check_pair_source(source: PairSource, settings: &[(String, pg_sys::GucSource:
                 PairSource::Citus => "With 'citus' the group is the whole pair (datacenter_id = group / 32, worker_id = group % 32).".to_string(),
                 _ => "With 'citus_in_datacenter' the group is the worker_id, and snowflake.datacenter_id names the cluster.".to_string(),
             }),
-            Some("Remove the setting from postgresql.conf (or postgresql.auto.conf, with ALTER SYSTEM RESET), or set snowflake.pair_source = 'config', and start the server again."),
+            Some(&format!(
+                "Remove {set} {} (with ALTER SYSTEM RESET if it is in postgresql.auto.conf), or set snowflake.pair_source = 'config', and start the server again.",
+                set_at(set).unwrap_or_else(|| "from postgresql.conf (or postgresql.auto.conf)".into())
+            )),
         );
     }
 }
@@ -812,6 +838,45 @@ unsafe extern "C-unwind" fn check_pair_source_hook(
         PairSource::NAMES.join(", ")
     );
     refuse_in_check_hook(&detail, None)
+}
+
+/// `snowflake.max_clock_drift` is checked against its bounds when it is set (ALTER SYSTEM, a
+/// reload, a backend's start), with the start-up refusal's message and DETAIL: PostgreSQL's own
+/// check, whose bounds are set wide, would print them with `%g`. At start-up the value was checked
+/// already (`Setting::check`, which stops the server).
+#[pg_guard]
+unsafe extern "C-unwind" fn check_max_clock_drift_hook(
+    newval: *mut f64,
+    _extra: *mut *mut std::ffi::c_void,
+    _source: pg_sys::GucSource::Type,
+) -> bool {
+    // SAFETY: PostgreSQL passes a valid pointer to the candidate value.
+    let v = unsafe { *newval };
+    if (MIN_MAX_CLOCK_DRIFT_MS..=MAX_MAX_CLOCK_DRIFT_MS).contains(&v) {
+        return true;
+    }
+    let name = "snowflake.max_clock_drift";
+    let message = out_of_range_message(
+        name,
+        v,
+        MIN_MAX_CLOCK_DRIFT_MS,
+        MAX_MAX_CLOCK_DRIFT_MS,
+        " ms",
+    );
+    let takes = SETTINGS
+        .iter()
+        .find_map(|s| match s.kind {
+            Kind::Real { takes, .. } if s.name() == name => Some(takes),
+            _ => None,
+        })
+        .unwrap_or("a time");
+    let message = CString::new(message).unwrap_or_default();
+    // SAFETY: called from a check hook, in the memory context PostgreSQL set for it.
+    unsafe { pg_sys::GUC_check_errmsg_string = pg_sys::pstrdup(message.as_ptr()) };
+    refuse_in_check_hook(
+        &format!("\"{name}\" takes {takes}."),
+        Some("Give a value in that range, such as '10s'."),
+    )
 }
 
 /// `snowflake.database` is checked when it is set (ALTER SYSTEM, a reload): an empty name, which

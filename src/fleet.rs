@@ -181,7 +181,12 @@ pub fn own_left_pairs() -> Vec<i64> {
 /// The subscriptions of this database that carry `_snowflake.claims` here, or may: one that lists
 /// no table at all here (after pg_upgrade from before 17, which drops those rows, or made with
 /// `connect = false`) is watched too, its table state unknown (`'?'`), and what their apply
-/// workers are doing (`read_paths`). Some columns differ by major: from 16 a subscription may have parallel
+/// workers are doing (`read_paths`). Only a superuser's subscription can carry them: the apply
+/// worker writes as the subscription's owner (or, from 16, as the table's owner, if the
+/// subscription's owner may become it), and `_snowflake.claims` is a superuser's. A role given
+/// `pg_create_subscription` (16 and later) and CREATE on this database could otherwise make the
+/// start's gate wait for a publisher it chose, or have the worker connect where it says. Some
+/// columns differ by major: from 16 a subscription may have parallel
 /// apply workers, told apart from its leader by `leader_pid`, and from 17 each worker says what it
 /// is (`worker_type`), which 19 needs: its sequence synchronisation worker has no relation and no
 /// leader either. 19 counts the errors of copying tables and of copying sequences apart; a
@@ -224,6 +229,8 @@ fn paths_sql() -> String {
              ON w.subid OPERATOR(pg_catalog.=) s.oid AND w.relid IS NULL AND w.pid IS NOT NULL {LEADER_ONLY}
           WHERE s.subdbid OPERATOR(pg_catalog.=) (SELECT d.oid FROM pg_catalog.pg_database d
                                                    WHERE d.datname OPERATOR(pg_catalog.=) pg_catalog.current_database())
+            AND (SELECT a.rolsuper FROM pg_catalog.pg_authid a
+                  WHERE a.oid OPERATOR(pg_catalog.=) s.subowner)
             AND (r.srsubid IS NOT NULL
                  OR NOT EXISTS (SELECT FROM pg_catalog.pg_subscription_rel x
                                  WHERE x.srsubid OPERATOR(pg_catalog.=) s.oid))
@@ -302,16 +309,30 @@ thread_local! {
 /// the caller's transaction. The connection waits on the network, never holding a lock of ours,
 /// and stays interruptible (a shutdown or a `pg_terminate_backend()` ends it).
 fn publisher_end(name: &str) -> Option<i64> {
-    let conninfo = Spi::get_one_with_args::<String>(
-        "SELECT s.subconninfo FROM pg_catalog.pg_subscription s
-          WHERE s.subdbid OPERATOR(pg_catalog.=) (SELECT d.oid FROM pg_catalog.pg_database d
-                                                  WHERE d.datname OPERATOR(pg_catalog.=) pg_catalog.current_database())
-            AND pg_catalog.encode(pg_catalog.convert_to(s.subname::pg_catalog.text, 'UTF8'), 'escape')
-                OPERATOR(pg_catalog.=) $1",
+    // Whether the connection must authenticate with a password, as PostgreSQL's apply worker
+    // decides it for the same subscription (16 and later): a subscription owned by a role that
+    // is not a superuser, with `password_required` (the default), must not borrow this
+    // server's own credentials (trust or peer on this host, a `.pgpass` of the OS user,
+    // Kerberos) for a connection its owner chose. On 15 only superusers own subscriptions.
+    #[cfg(feature = "pg15")]
+    const SQL: &str = "SELECT s.subconninfo, false FROM pg_catalog.pg_subscription s";
+    #[cfg(not(feature = "pg15"))]
+    const SQL: &str = "SELECT s.subconninfo, s.subpasswordrequired AND NOT a.rolsuper
+                         FROM pg_catalog.pg_subscription s
+                         JOIN pg_catalog.pg_authid a ON a.oid OPERATOR(pg_catalog.=) s.subowner";
+    let (conninfo, must_use_password) = Spi::get_two_with_args::<String, bool>(
+        &format!(
+            "{SQL}
+              WHERE s.subdbid OPERATOR(pg_catalog.=) (SELECT d.oid FROM pg_catalog.pg_database d
+                                                      WHERE d.datname OPERATOR(pg_catalog.=) pg_catalog.current_database())
+                AND pg_catalog.encode(pg_catalog.convert_to(s.subname::pg_catalog.text, 'UTF8'), 'escape')
+                    OPERATOR(pg_catalog.=) $1"
+        ),
         &[name.into()],
     )
-    .ok()
-    .flatten()?;
+    .ok()?;
+    let conninfo = conninfo?;
+    let must_use_password = must_use_password.unwrap_or(true);
     // A publisher that accepts the connection and never answers must not hold the worker (and
     // its gate's WARNING) for the system's TCP timeout.
     let conninfo = if conninfo.starts_with("postgres://") || conninfo.starts_with("postgresql://") {
@@ -330,11 +351,21 @@ fn publisher_end(name: &str) -> Option<i64> {
         let app = c"snowflake lease worker".as_ptr();
         // 16 added must_use_password, 17 whether the connection is a replication one.
         #[cfg(feature = "pg15")]
-        let conn = f.walrcv_connect?(conninfo.as_ptr(), true, app, &mut err);
+        let conn = {
+            let _ = must_use_password;
+            f.walrcv_connect?(conninfo.as_ptr(), true, app, &mut err)
+        };
         #[cfg(feature = "pg16")]
-        let conn = f.walrcv_connect?(conninfo.as_ptr(), true, false, app, &mut err);
+        let conn = f.walrcv_connect?(conninfo.as_ptr(), true, must_use_password, app, &mut err);
         #[cfg(not(any(feature = "pg15", feature = "pg16")))]
-        let conn = f.walrcv_connect?(conninfo.as_ptr(), true, true, false, app, &mut err);
+        let conn = f.walrcv_connect?(
+            conninfo.as_ptr(),
+            true,
+            true,
+            must_use_password,
+            app,
+            &mut err,
+        );
         if conn.is_null() {
             return None;
         }

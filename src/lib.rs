@@ -14,6 +14,7 @@ mod config;
 mod errors;
 mod fleet;
 mod generator;
+mod guard;
 mod horizon;
 mod lease;
 mod partitions;

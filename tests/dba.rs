@@ -276,6 +276,52 @@ fn non_superusers_generate_ids_but_cannot_change_the_node_identity() {
     assert_eq!(c.sql("SHOW snowflake.worker_id"), "6");
 }
 
+/// `snowflake.max_clock_drift` out of range, set with ALTER SYSTEM or found at a reload, is
+/// refused with its bounds in whole milliseconds, a DETAIL and a HINT (1.6.0 printed PostgreSQL's
+/// `(100 .. 2.19902e+12)`), and the server keeps the value it had.
+#[test]
+fn max_clock_drift_out_of_range_names_its_bounds_in_ms() {
+    let mut c = Cluster::new("drift-range", "");
+    c.start();
+    let range = "is outside the valid range for parameter \"snowflake.max_clock_drift\" (100 ms .. 2199023255551 ms)";
+    for (value, shown) in [("50ms", "50"), ("-5", "-5"), ("25452d", "2199052800000")] {
+        let e = c.sql_err(&format!(
+            "ALTER SYSTEM SET snowflake.max_clock_drift = '{value}'"
+        ));
+        assert_eq!(e.sqlstate, "22023", "{}", e.raw);
+        assert_eq!(e.message, format!("{shown} ms {range}"), "{}", e.raw);
+        assert!(
+            e.detail
+                .contains("takes a time from 100 ms up to 25451 days"),
+            "{}",
+            e.raw
+        );
+        assert_eq!(
+            e.hint, "Give a value in that range, such as '10s'.",
+            "{}",
+            e.raw
+        );
+    }
+    c.sql("ALTER SYSTEM SET snowflake.max_clock_drift = '1.5s'");
+    c.sql("SELECT pg_reload_conf()");
+    c.wait_for("SHOW snowflake.max_clock_drift", "1500ms", 20);
+    // A bad value in the file at a reload: logged with the same words; the value stays.
+    c.conf("snowflake.max_clock_drift = '50ms'");
+    c.sql("ALTER SYSTEM RESET snowflake.max_clock_drift");
+    c.sql("SELECT pg_reload_conf()");
+    assert!(
+        common::eventually(20, || c.log().contains(&format!("50 ms {range}"))),
+        "{}",
+        c.log()
+    );
+    assert_eq!(c.sql("SHOW snowflake.max_clock_drift"), "1500ms");
+    // Within the bounds, whatever its form.
+    assert_eq!(
+        c.sql("SELECT setting FROM pg_settings WHERE name = 'snowflake.max_clock_drift'"),
+        "1500"
+    );
+}
+
 /// `snowflake.database` naming a database that does not exist: a call says so at once, naming
 /// the database, with the fix (1.6.0 waited 10 s and spoke of max_worker_processes); the lease
 /// worker says it once and looks again quietly (1.6.0's postmaster logged `FATAL: database

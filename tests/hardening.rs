@@ -237,6 +237,7 @@ snowflake_decode(bigint) i t s
 snowflake_drop_partitions(regclass,timestamp with time zone) v t u
 snowflake_from_base32(text) i t s
 snowflake_from_base62(text) i t s
+snowflake_guard() v f u
 snowflake_horizon() v t r
 snowflake_horizon_holders() v t r
 snowflake_max_id(timestamp with time zone) i t s

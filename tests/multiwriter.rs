@@ -830,6 +830,45 @@ fn a_subscription_that_lists_no_tables_is_still_watched() {
     );
 }
 
+/// A subscription that an ordinary role owns cannot carry the claims (its apply worker cannot
+/// write `_snowflake.claims`): a role given `pg_create_subscription` and CREATE on the lease
+/// database (16 and later) cannot make the start's gate wait for a publisher it chose.
+#[test]
+fn a_subscription_an_ordinary_role_owns_is_no_claims_path() {
+    if pg_major() < 16 {
+        return; // only superusers own subscriptions
+    }
+    let mut x = node("nonsuper-sub", 1, 5);
+    x.start();
+    x.sql("CREATE EXTENSION snowflake; SELECT snowflake_nextval()");
+    // A publisher that accepts the connection and never answers.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = silent.local_addr().unwrap().port();
+    x.sql("CREATE ROLE mallory LOGIN; GRANT pg_create_subscription TO mallory; GRANT CREATE ON DATABASE postgres TO mallory");
+    x.try_sql_as(
+        "mallory",
+        &format!(
+            "CREATE SUBSCRIPTION s_mallory CONNECTION 'host=127.0.0.1 port={port} user=postgres password=x dbname=postgres connect_timeout=600' \
+             PUBLICATION p WITH (connect = false); ALTER SUBSCRIPTION s_mallory ENABLE"
+        ),
+    )
+    .unwrap();
+    x.stop("fast");
+    x.start();
+    // The gate has nothing to wait for: IDs again as soon as the worker has its lease.
+    assert!(
+        eventually(20, || x.try_sql("SELECT snowflake_nextval()").is_ok()),
+        "the start's gate waited for an ordinary role's subscription:\n{}",
+        x.log()
+    );
+    assert!(
+        !x.log().contains("no ID is issued until subscriptions"),
+        "{}",
+        x.log()
+    );
+    drop(silent);
+}
+
 /// A physical copy started beside its original (here a standby promoted while its primary runs)
 /// keeps the original's system identifier and pair. Subscribed to the original's claims, it finds
 /// versions of its own row that it did not write, proof of a copy: it refuses and says so (1.5.0

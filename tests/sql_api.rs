@@ -739,6 +739,30 @@ fn a_refusal_at_start_names_the_file_and_line_of_the_setting() {
             at(2)
         )],
     );
+    // A time in ms out of range: the bounds as integers (PostgreSQL's %g gave 2.19902e+12).
+    refused(
+        &mut c,
+        "snowflake.max_clock_drift = '50ms'\n",
+        &[
+            "50 ms is outside the valid range for parameter \"snowflake.max_clock_drift\" (100 ms .. 2199023255551 ms)".to_string(),
+            format!("HINT:  Fix it {} and start the server again.", at(1)),
+        ],
+    );
+    // A pair from Citus without its database, or beside a pair setting it replaces: the place
+    // of each setting (1.6.0 said "in postgresql.conf").
+    refused(
+        &mut c,
+        "snowflake.pair_source = 'citus'\n",
+        &[format!(
+            "HINT:  Set snowflake.citus_database to that database beside snowflake.pair_source (set {}), and start the server again.",
+            at(1)
+        )],
+    );
+    refused(
+        &mut c,
+        "snowflake.pair_source = 'citus'\nsnowflake.citus_database = 'postgres'\nsnowflake.worker_id = 3\n",
+        &[format!("HINT:  Remove snowflake.worker_id {} (with ALTER SYSTEM RESET", at(3))],
+    );
     // A unit PostgreSQL does not know: its HINT stays, the place is in the DETAIL.
     refused(
         &mut c,

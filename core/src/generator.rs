@@ -165,6 +165,13 @@ impl State {
         self.last_ms
     }
 
+    /// Sequence of the last ID issued at [`State::last_ms`]; `MAX_SEQUENCE` when that whole
+    /// millisecond counts as used (a floor, or a millisecond exhausted).
+    #[inline]
+    pub fn last_seq(&self) -> u32 {
+        self.last_seq
+    }
+
     /// The highest timestamp IDs may carry until the lease is renewed, or `None` when this state
     /// needs no lease.
     pub fn lease(&self) -> Option<u64> {

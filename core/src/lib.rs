@@ -7,6 +7,7 @@ pub mod citus;
 pub mod codec;
 pub mod fleet;
 pub mod generator;
+pub mod guard;
 pub mod horizon;
 pub mod layout;
 pub mod lease;
