@@ -381,11 +381,11 @@ fn first_literal(text: &str) -> Option<(String, usize)> {
 
 /// The primary message of every error the extension raises with a SQLSTATE of its own (not its
 /// WARNINGs, nor the lease worker's own log lines), with where it is raised:
-/// - in Rust, the first string literal after an `ERRCODE_...` in the same statement, when it is
-///   a primary message (lower case, a placeholder or a quote first; a capital starts a DETAIL,
-///   so such a site's message is not a literal: the text functions' errors, whose messages are
-///   `CodecError`'s `Display` in core/src/codec.rs, are read from there), and the messages a
-///   `match` chooses (the Citus pair's refusals);
+/// - in Rust, the argument right after an `ERRCODE_...` when it is a string literal or a
+///   `format!` of one; where it is not (a message another function builds, such as PostgreSQL's
+///   words for a setting out of range), it is not checked here. The text functions' messages are
+///   `CodecError`'s `Display` in core/src/codec.rs, read from there, and the messages a `match`
+///   chooses (`=> (format!("...")`: the Citus pair's refusals, the guard's) are read too;
 /// - in PL/pgSQL, the `MESSAGE` of every `RAISE EXCEPTION`.
 fn raised_messages() -> Vec<(String, String)> {
     let mut out = Vec::new();
@@ -441,10 +441,15 @@ fn raised_messages() -> Vec<(String, String)> {
                 .flatten()
                 .min()
                 .unwrap_or(rest.len());
-            if let Some((msg, _)) = first_literal(&rest[..end]) {
-                if msg.starts_with(|c: char| c.is_lowercase() || c == '{' || c == '"') {
-                    out.push((name.clone(), msg));
-                }
+            // The message is the argument right after the code: a literal, or `format!` of one.
+            let arg = rest[..end]
+                .trim_start()
+                .trim_start_matches(',')
+                .trim_start();
+            let arg = arg.strip_prefix("format!(").unwrap_or(arg).trim_start();
+            if arg.starts_with('"') {
+                let (msg, _) = first_literal(arg).unwrap();
+                out.push((name.clone(), msg));
             }
         }
         // A message chosen by a `match` and raised as a variable: each arm's tuple starts with
