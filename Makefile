@@ -36,7 +36,7 @@ CARGO := $(CURDIR)/scripts/cargo
 DEPS_LEVELS := build package unit demo test bench
 
 .PHONY: deps $(addprefix deps-,$(DEPS_LEVELS)) install pg-config demo test test-all test-steps test-major prepare-major suite-major unit glue-unit \
-  upgrade-source citus lint bench package clean sim sim-budget sim-regressions sim-mutants loom mutants \
+  upgrade-source previous-package citus lint bench package rpm clean sim sim-budget sim-regressions sim-mutants loom mutants \
   check-install
 
 # What each target needs, installed where it is missing: `deps-build` for `install`, and so on
@@ -78,6 +78,23 @@ DEB_MAINTAINER ?= snowflake maintainers <maintainers@users.noreply.a-seed-216766
 package: deps-package
 	@PG_MAJOR=$(PG_MAJOR) PG_CONFIG=$(PG_CONFIG) $(RELEASE_ENV) \
 	  DEB_REVISION='$(DEB_REVISION)' DEB_MAINTAINER='$(DEB_MAINTAINER)' scripts/package.sh
+
+# The previous release's .deb for this major (tests/package.rs upgrades it to this one through
+# Debian's dpkg), built once from its commit by its own `make package` into target/previous/.
+PREVIOUS_RELEASE := 1.6.0
+PREVIOUS_COMMIT := f9c1cbfdf03379a138cdaea73947709304b17277
+previous-package: deps-package
+	@PG_MAJOR=$(PG_MAJOR) PG_CONFIG=$(PG_CONFIG) PREVIOUS_RELEASE=$(PREVIOUS_RELEASE) \
+	  PREVIOUS_COMMIT=$(PREVIOUS_COMMIT) scripts/previous-package.sh >/dev/null
+
+# An RPM for PGDG's postgresqlNN-server (/usr/pgsql-NN), and its -debuginfo:
+# target/snowflake_NN-<version>-$(RPM_RELEASE).<arch>.rpm. The release and the packager are the
+# packager's to set, as for the .deb.
+RPM_RELEASE ?= 1
+RPM_PACKAGER ?= $(DEB_MAINTAINER)
+rpm: deps-package
+	@PG_MAJOR=$(PG_MAJOR) PG_CONFIG=$(PG_CONFIG) $(RELEASE_ENV) \
+	  RPM_RELEASE='$(RPM_RELEASE)' RPM_PACKAGER='$(RPM_PACKAGER)' scripts/rpm.sh
 
 # A benchmark, not a test: prints and writes bench/results/, never fails on a time.
 bench: deps-bench install citus
@@ -177,7 +194,11 @@ glue-unit: deps-unit
 test-major: prepare-major
 	@$(MAKE) --no-print-directory suite-major
 
+# The RPM after the .deb (both read the tree `cargo pgrx package` writes), and on 15 the previous
+# release's .deb (tests/package.rs upgrades it in Debian's own 15).
 prepare-major: deps-test install package upgrade-source citus
+	@$(MAKE) --no-print-directory rpm
+	$(if $(filter 15,$(PG_MAJOR)),@$(MAKE) --no-print-directory previous-package)
 
 suite-major:
 	@echo "== the SQL suite on PostgreSQL $(PG_MAJOR) ($(PG_CONFIG)): $(or $(SUITE_FILTER),all())"

@@ -6,7 +6,8 @@
 #   build    make install: the major's server with its headers (scripts/pg.sh says where it comes
 #            from), clang and libclang-dev for bindgen, cargo-pgrx 0.19.3 (built with
 #            scripts/cargo, which says why), and pgrx's config naming every major installed here.
-#   package  make package: build, and dpkg-dev (dpkg-shlibdeps computes the .deb's dependencies).
+#   package  make package and make rpm: build, dpkg-dev (dpkg-shlibdeps computes the .deb's
+#            dependencies), rpm (rpmbuild) and python3 (scripts/crate-licenses.py).
 #   unit     the glue's unit tests in make test (`cargo test -p snowflake --lib`; `make unit`, the
 #            pure core's tests, needs nothing but Rust): build, but for the crate's default major (Cargo.toml's
 #            default feature, pg15) rather than $PG_MAJOR: without --features, pgrx-pg-sys is
@@ -37,11 +38,11 @@ majors=("$PG_MAJOR")
 owner=false clients=false partman=false
 case $level in
   build) ;;
-  package) packages+=(dpkg-dev) ;;
+  package) packages+=(dpkg-dev rpm) ;;
   unit) majors=("$DEFAULT_MAJOR") ;;
   demo) owner=true ;;
   test)
-    packages+=(dpkg-dev lintian libfaketime)
+    packages+=(dpkg-dev rpm lintian libfaketime)
     majors+=("$DEFAULT_MAJOR")
     owner=true clients=true partman=true
     ;;
@@ -53,7 +54,7 @@ missing=()
 for p in "${packages[@]}"; do installed "$p" || missing+=("$p"); done
 # Programs that a machine may have from elsewhere (pyenv, NodeSource, another gnuplot) keep theirs.
 case $level in
-  test | bench) command -v python3 >/dev/null || missing+=(python3) ;;
+  package | test | bench) command -v python3 >/dev/null || missing+=(python3) ;;
 esac
 if $clients; then
   python3 -c 'import ensurepip, venv' 2>/dev/null || missing+=(python3-venv)

@@ -16,6 +16,7 @@
 # runs it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/package-common.sh
 umask 022
 PG_MAJOR=${PG_MAJOR:?run it as make package PG_MAJOR=NN}
 PG_CONFIG=${PG_CONFIG:-$(scripts/pg.sh "$PG_MAJOR")}
@@ -34,7 +35,7 @@ NAME=postgresql-$PG_MAJOR-snowflake
 # same package. Not exported: cargo would rebuild what `make install` built (cc reads it).
 epoch=${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct 2>/dev/null || date +%s)}
 
-scripts/cargo pgrx package --pg-config "$PG_CONFIG" --no-default-features --features "pg$PG_MAJOR" >/dev/null
+build_release "$PG_MAJOR" "$PG_CONFIG"
 tree=target/release/snowflake-pg$PG_MAJOR
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
@@ -50,36 +51,26 @@ install -m 644 sql/snowflake--*.sql "$extdir/"
 install -m 644 README.md "$doc/"
 gzip -9n < CHANGELOG.md > "$doc/changelog.gz"
 
-# The library stripped as Debian's dh_strip does; its symbols and debug sections go into the
-# -dbgsym package, under the build ID that gdb looks them up by.
-so=$libdir/snowflake.so
-build_id=$(readelf -n "$so" | sed -n 's/^ *Build ID: *\([0-9a-f]*\)$/\1/p')
-[ ${#build_id} -gt 2 ] || { echo "package: snowflake.so has no build ID" >&2; exit 1; }
-debug=$dbg/usr/lib/debug/.build-id/${build_id:0:2}/${build_id:2}.debug
-mkdir -p "$(dirname "$debug")"
-objcopy --only-keep-debug --compress-debug-sections "$so" "$debug"
-chmod 644 "$debug"
-strip --remove-section=.comment --remove-section=.note --strip-unneeded "$so"
-(cd "$(dirname "$debug")" && objcopy --add-gnu-debuglink="$(basename "$debug")" "$so")
+# The library stripped; its symbols and debug sections go into the -dbgsym package.
+build_id=$(split_debug "$libdir/snowflake.so" "$dbg")
 
 # The licence, in Debian's machine-readable form (DEP-5): the MIT licence of LICENSE, which
-# Debian calls Expat. The Rust crates linked into the library are named with their licences
-# (this workspace's own, snowflake and snowflake-core, are Files: *; cargo tree names their path).
+# Debian calls Expat, and a paragraph for each Rust crate linked into the library with its
+# licence texts (scripts/crate-licenses.py says which crates and which texts).
 copyright=$(sed -n 's/^Copyright (c) //p' LICENSE)
 [ -n "$copyright" ] || { echo "package: LICENSE has no 'Copyright (c)' line" >&2; exit 1; }
-crates=$(cargo tree -q -e normal,no-proc-macro --prefix none --format '{p} ({l})' --no-default-features \
-  --features "pg$PG_MAJOR" -p snowflake | grep -v '^snowflake\(-core\)\? ' |
-  sed 's/ (\*)$//; s/ v\([^ ]*\)/ \1/' | sort -u)
+crates=$(scripts/crate-licenses.py dep5 "$PG_MAJOR")
 {
   echo "Format: https://www.debian.org/doc/packaging-manuals/copyright-format/1.0/"
   echo "Upstream-Name: snowflake"
-  echo "Comment: The library statically links these Rust crates (name, version, licence):"
-  sed 's/^/ /' <<< "$crates"
+  echo "Comment: The library statically links the Rust crates of the Files: cargo-registry/"
+  echo " paragraphs below, each with its licence texts as it ships them."
   echo
   echo "Files: *"
   echo "Copyright: $copyright"
   echo "License: Expat"
   echo
+  echo "$crates"
   echo "License: Expat"
   # LICENSE from its permission notice on, a blank line written as " ." (DEP-5).
   sed -n '/^Permission is hereby granted/,$p' LICENSE | sed 's/^$/./; s/^/ /'
@@ -101,6 +92,31 @@ cat > "$pkg/usr/share/lintian/overrides/$NAME" <<OVERRIDES
 # users and published by them, never uploaded to Debian, so there is no bug to close.
 $NAME: initial-upload-closes-no-bugs
 OVERRIDES
+
+# Removing the package leaves every cluster's configuration as the DBA wrote it, but a server
+# whose shared_preload_libraries still names snowflake does not start once the library is gone:
+# prerm says which file and line name it (Debian's clusters: /etc/postgresql/NN/*, and
+# postgresql.auto.conf in each data directory). A server that runs keeps the library loaded
+# until its next restart.
+mkdir -p "$pkg/DEBIAN"
+cat > "$pkg/DEBIAN/prerm" <<PRERM
+#!/bin/sh
+set -e
+if [ "\$1" = remove ]; then
+  for conf in /etc/postgresql/$PG_MAJOR/*/postgresql.conf; do
+    [ -f "\$conf" ] || continue
+    data=\$(sed -n "s/^[[:space:]]*data_directory[[:space:]]*=[[:space:]]*'\\(.*\\)'.*/\\1/p" "\$conf" | tail -n 1)
+    for f in "\$conf" "\${conf%/postgresql.conf}"/conf.d/*.conf "\$data/postgresql.auto.conf"; do
+      [ -f "\$f" ] || continue
+      grep -n "^[[:space:]]*shared_preload_libraries[[:space:]]*=.*snowflake" "\$f" | while IFS=: read -r line _; do
+        echo "$NAME: \$f:\$line names snowflake in shared_preload_libraries: take it out before that server's next restart, or it will not start." >&2
+      done
+    done
+  done
+fi
+exit 0
+PRERM
+chmod 755 "$pkg/DEBIAN/prerm"
 
 # The library's own needs (a glibc at least as new as the one it was linked against, libgcc),
 # computed by dpkg-shlibdeps from its symbols, beside the server it loads into.

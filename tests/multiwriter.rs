@@ -3,7 +3,7 @@
 //! that refuses IDs while another server claims the same datacenter and worker ID.
 
 mod common;
-use common::{eventually, pg_major, run_recipes, run_recipes_within, uris, Cluster};
+use common::{bindir, eventually, pg_major, run_recipes, run_recipes_within, uris, Cluster};
 use std::thread;
 use std::time::Duration;
 
@@ -158,10 +158,16 @@ const CLAIMS_SEEN: &str = "SELECT string_agg(datacenter_id || '/' || worker_id, 
 /// operators for what they combine, each of which makes her a superuser.
 fn plant_owner_traps(c: &Cluster) {
     c.sql("CREATE ROLE mallory LOGIN; GRANT CREATE ON SCHEMA public TO mallory");
-    let recipes: Vec<String> = ["mesh-functions", "mesh", "mesh-add", "mesh-retire"]
-        .iter()
-        .map(|r| common::readme_recipe(r))
-        .collect();
+    let recipes: Vec<String> = [
+        "mesh-functions",
+        "mesh",
+        "mesh-add",
+        "mesh-retire",
+        "fan-in",
+    ]
+    .iter()
+    .map(|r| common::readme_recipe(r))
+    .collect();
     let texts: Vec<&str> = recipes.iter().map(String::as_str).collect();
     let out = c
         .psql_cmd_as("mallory", "postgres")
@@ -181,6 +187,67 @@ fn max_of_pair(c: &Cluster, datacenter: u32, worker: u32) -> i64 {
     c.sql_i64(&format!(
         "SELECT max(id) FROM t WHERE snowflake_datacenter_id(id) = {datacenter} AND snowflake_worker_id(id) = {worker}"
     ))
+}
+
+/// The fan-in recipe, as written, on every major (15 has no `origin = none`): two spokes write,
+/// the hub receives their rows (those written before the recipe too) and their claims, and
+/// nothing flows back. On Debian-style clusters (`Cluster::debian_style`: pg_createcluster
+/// where the server is Debian's), whose hub's database has the owner's stand-ins planted.
+#[test]
+fn fan_in_with_the_recipe_on_debian_style_clusters() {
+    let debian = |name: &str, datacenter: u32, worker: u32| {
+        Cluster::debian_style(
+            &bindir(),
+            name,
+            &format!(
+                "{LOGICAL}\nsnowflake.datacenter_id = {datacenter}\nsnowflake.worker_id = {worker}"
+            ),
+            true,
+        )
+    };
+    let mut a = debian("fanin-a", 1, 1);
+    let mut b = debian("fanin-b", 1, 2);
+    let mut hub = debian("fanin-hub", 2, 1);
+    for c in [&mut a, &mut b, &mut hub] {
+        c.start();
+        c.sql(TABLE);
+    }
+    plant_owner_traps(&hub);
+    a.sql("INSERT INTO t (payload) SELECT 'before' FROM generate_series(1, 100)");
+    run_recipes(
+        &["mesh-functions", "fan-in"],
+        &[
+            ("HUB", hub.uri()),
+            ("SPOKES", uris(&[&a, &b])),
+            ("TABLES", "public.t".to_string()),
+        ],
+    );
+    write_on_all(&[&a, &b], &["-c", "2", "-j", "1", "-t", "300"]);
+    hub.wait_for("SELECT count(*) FROM t", "1300", 60);
+    assert_eq!(
+        hub.sql("SET search_path = pg_catalog; SELECT string_agg(origin::text || ':' || n, ',' ORDER BY origin) FROM (SELECT origin, count(*) n FROM public.t GROUP BY 1) x"),
+        "1:700,2:600"
+    );
+    assert_rows_carry_their_node(&hub);
+    // The hub sees the spokes' claims, and no conflict; nothing came back to the spokes.
+    hub.wait_for(
+        &format!("SET search_path = pg_catalog; {CLAIMS_SEEN}"),
+        "1/1,1/2,2/1",
+        15,
+    );
+    assert_eq!(
+        hub.sql("SELECT claim_conflict_with IS NULL FROM public.snowflake_node()"),
+        "t"
+    );
+    assert_eq!(a.sql("SELECT count(*) FROM t"), "700");
+    assert_eq!(a.sql(CLAIMS_SEEN), "1/1");
+    assert_eq!(
+        hub.sql(
+            "SET search_path = pg_catalog; SELECT rolsuper FROM pg_roles WHERE rolname = 'mallory'"
+        ),
+        "f"
+    );
+    assert_no_conflicts(&hub);
 }
 
 #[test]

@@ -9,12 +9,21 @@ use common::{as_owner, bindir, pg_config_of, pg_major, readme_script, Cluster};
 
 #[test]
 fn pg_upgrade_from_15_keeps_the_keys_and_carries_the_high_water_mark() {
-    upgrade_from(15);
+    upgrade_from(15, false);
 }
 
 #[test]
 fn pg_upgrade_from_18_keeps_the_keys_and_carries_the_high_water_mark() {
-    upgrade_from(18);
+    upgrade_from(18, false);
+}
+
+/// The same recipe between clusters laid out as Debian's (`Cluster::debian_style`): the old one
+/// made by `pg_createcluster` where 15 is Debian's own server (its settings in
+/// /etc/postgresql/15/NAME/conf.d/), the new one the same layout by initdb (no Debian package of
+/// a newer major here, so no `pg_upgradecluster`).
+#[test]
+fn pg_upgrade_from_15_with_debians_layout() {
+    upgrade_from(15, true);
 }
 
 /// The pg_config of the old major's server: `make test-major` lists those of the majors it
@@ -40,7 +49,7 @@ fn old_pg_config(old_major: u32) -> Option<String> {
     )
 }
 
-fn upgrade_from(old_major: u32) {
+fn upgrade_from(old_major: u32, debian: bool) {
     let Some(old_pg_config) = old_pg_config(old_major) else {
         eprintln!(
             "pg_upgrade from {old_major} does not apply to {}: it only goes to a newer major",
@@ -51,12 +60,13 @@ fn upgrade_from(old_major: u32) {
     let old_bin = std::path::PathBuf::from(pg_config_of(&old_pg_config, "--bindir"));
     let settings =
         "snowflake.datacenter_id = 3\nsnowflake.worker_id = 7\nsnowflake.max_clock_drift = '60s'";
-    let mut old = Cluster::of(
-        &old_bin,
-        &format!("upgrade-old-{old_major}"),
-        settings,
-        true,
-    );
+    let layout = if debian { "debian-" } else { "" };
+    let old_name = format!("upgrade-old-{layout}{old_major}");
+    let mut old = if debian {
+        Cluster::debian_style(&old_bin, &old_name, settings, true)
+    } else {
+        Cluster::of(&old_bin, &old_name, settings, true)
+    };
     old.start();
     old.sql(
         "CREATE EXTENSION snowflake;
@@ -73,26 +83,21 @@ fn upgrade_from(old_major: u32) {
     }
     old.stop("fast");
 
-    let mut new = Cluster::empty(&bindir(), &format!("upgrade-new-{old_major}"));
-    // The old cluster was made with these options (see Cluster::of); 18's initdb would add
-    // data checksums, which pg_upgrade refuses when the old cluster has none.
-    let initdb_opts = format!(
-        "-U postgres -E UTF8 --locale=C --no-sync{}",
-        if pg_major() >= 18 {
-            " --no-data-checksums"
-        } else {
-            ""
-        }
-    );
+    // The new cluster, made as the old one was (see Cluster::of), and stopped.
+    let new_name = format!("upgrade-new-{layout}{old_major}");
+    let mut new = if debian {
+        Cluster::debian_style(&bindir(), &new_name, "", false)
+    } else {
+        Cluster::of(&bindir(), &new_name, "", false)
+    };
     let out = as_owner(std::path::Path::new("/bin/bash"))
         .arg("-c")
         .arg(readme_script(&["pg_upgrade"]))
         .current_dir(&new.dir)
         .env("OLD_BIN", &old_bin)
         .env("NEW_BIN", &new.bin)
-        .env("OLD_DATA", &old.data)
-        .env("NEW_DATA", &new.data)
-        .env("INITDB_OPTS", initdb_opts)
+        .env("OLD_CONF", &old.conf_dir)
+        .env("NEW_CONF", &new.conf_dir)
         // pg_upgrade's own variables for the ports it starts the two servers on.
         .env("PGPORTOLD", old.port.to_string())
         .env("PGPORTNEW", new.port.to_string())
@@ -106,7 +111,6 @@ fn upgrade_from(old_major: u32) {
     );
 
     // The upgraded server, with its clock 10 s behind the old one's.
-    new.conf_address();
     new.fake_time(Some("-10s"));
     new.start();
     assert!(

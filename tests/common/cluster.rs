@@ -1,7 +1,9 @@
 //! A real cluster of the server under test: initdb, postgresql.conf, start and stop (crashes
 //! included), a fake clock, psql and pgbench against it, standbys.
 
-use super::{as_owner, bindir, eventually, is_root, major_of, owner_runs, parse_error, PgError};
+use super::{
+    as_owner, bindir, eventually, is_root, major_of, owner_runs, parse_error, run, PgError,
+};
 use std::collections::HashMap;
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -19,6 +21,14 @@ pub struct Cluster {
     pub env: HashMap<String, String>,
     /// Options for the server's command line (`pg_ctl -o`), e.g. "-c snowflake.worker_id=3".
     pub options: String,
+    /// The file `conf` appends to: the data directory's postgresql.conf, or in a Debian-style
+    /// cluster `conf.d/00-tests.conf` of its configuration directory (read before any file a
+    /// recipe writes there, such as `conf.d/snowflake.conf`).
+    pub conf_file: PathBuf,
+    /// The configuration directory: the data directory, or outside it in a Debian-style cluster.
+    pub conf_dir: PathBuf,
+    /// Debian's (version, name) of a cluster made by `pg_createcluster`, dropped with it.
+    pub debian: Option<(u32, String)>,
     running: bool,
 }
 
@@ -36,26 +46,10 @@ impl Cluster {
     pub fn of(bin: &Path, name: &str, extra: &str, preload: bool) -> Cluster {
         let (dir, port) = Self::new_dir(name);
         let data = dir.join("data");
-        // 18's initdb enables data checksums by default, earlier ones do not; pg_upgrade needs
-        // both sides alike, so every cluster here is made without them.
-        let version = String::from_utf8(
-            Command::new(bin.join("initdb"))
-                .arg("--version")
-                .output()
-                .unwrap()
-                .stdout,
-        )
-        .unwrap();
-        let checksums: &[&std::ffi::OsStr] =
-            if major_of(version.trim_start_matches("initdb (PostgreSQL) ")) >= 18 {
-                &["--no-data-checksums".as_ref()]
-            } else {
-                &[]
-            };
         owner_runs(
             &bin.join("initdb"),
             &[
-                checksums,
+                &no_checksums(bin)[..],
                 &[
                     "-D".as_ref(),
                     data.as_os_str(),
@@ -97,12 +91,125 @@ impl Cluster {
         Cluster {
             bin: bin.to_path_buf(),
             dir,
+            conf_file: data.join("postgresql.conf"),
+            conf_dir: data.clone(),
             data,
             port,
             env: HashMap::new(),
             options: String::new(),
+            debian: None,
             running: false,
         }
+    }
+
+    /// A cluster laid out as Debian's are: the configuration in a directory of its own, outside
+    /// the data directory, whose postgresql.conf ends with `include_dir = 'conf.d'`. Made by
+    /// Debian's `pg_createcluster` (config in /etc/postgresql/NN/NAME) where `bin` is Debian's
+    /// server (/usr/lib/postgresql/NN/bin) and this runs as root; else (a PyPI or source build,
+    /// which pg_createcluster cannot use) the same layout by initdb, under the cluster's own
+    /// directory, started with `-c config_file=...` as pg_ctlcluster starts Debian's. `extra`
+    /// and the harness's lines go to conf.d/00-tests.conf.
+    pub fn debian_style(bin: &Path, name: &str, extra: &str, preload: bool) -> Cluster {
+        drop_stale_debian_clusters();
+        let (dir, port) = Self::new_dir(name);
+        let data = dir.join("data");
+        let mut c = Cluster::at(bin, dir.clone(), data.clone(), port);
+        let debian_major = bin
+            .to_str()
+            .and_then(|b| b.strip_prefix("/usr/lib/postgresql/"))
+            .and_then(|b| b.strip_suffix("/bin"))
+            .and_then(|m| m.parse::<u32>().ok())
+            .filter(|_| is_root() && Path::new("/usr/bin/pg_createcluster").exists());
+        if let Some(major) = debian_major {
+            // Unique among parallel tests and runs: the test process's id and the directory's
+            // counter (drop_stale_debian_clusters removes those of processes that are gone).
+            let cluster = format!(
+                "sf-{}",
+                dir.file_name().unwrap().to_str().unwrap().replace('_', "-")
+            );
+            let out = Command::new("pg_createcluster")
+                .args(["-u", "postgres", "-p", &port.to_string(), "-e", "UTF8"])
+                .args(["--locale=C", "--start-conf=manual", "-d"])
+                .arg(&data)
+                .arg("-s")
+                .arg(&dir)
+                .arg("-l")
+                .arg(c.log_path())
+                .args([
+                    &major.to_string(),
+                    &cluster,
+                    "--",
+                    "-A",
+                    "trust",
+                    "--no-sync",
+                ])
+                .output()
+                .unwrap();
+            assert!(
+                out.status.success(),
+                "pg_createcluster failed: {}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            c.conf_dir = PathBuf::from(format!("/etc/postgresql/{major}/{cluster}"));
+            c.debian = Some((major, cluster));
+        } else {
+            owner_runs(
+                &bin.join("initdb"),
+                &[
+                    &no_checksums(bin)[..],
+                    &[
+                        "-D".as_ref(),
+                        data.as_os_str(),
+                        "-A".as_ref(),
+                        "trust".as_ref(),
+                        "-U".as_ref(),
+                        "postgres".as_ref(),
+                        "--no-sync".as_ref(),
+                        "-E".as_ref(),
+                        "UTF8".as_ref(),
+                        "--locale=C".as_ref(),
+                    ],
+                ]
+                .concat(),
+            );
+            c.conf_dir = dir.join("etc");
+            fs::create_dir_all(c.conf_dir.join("conf.d")).unwrap();
+            for f in ["postgresql.conf", "pg_hba.conf", "pg_ident.conf"] {
+                fs::rename(data.join(f), c.conf_dir.join(f)).unwrap();
+            }
+            let conf = c.conf_dir.join("postgresql.conf");
+            let mut text = fs::read_to_string(&conf).unwrap();
+            text.push_str(&format!(
+                "data_directory = '{d}'\nhba_file = '{e}/pg_hba.conf'\nident_file = '{e}/pg_ident.conf'\n\
+                 include_dir = 'conf.d'\n",
+                d = data.display(),
+                e = c.conf_dir.display()
+            ));
+            fs::write(&conf, text).unwrap();
+            if is_root() {
+                run(Command::new("chown")
+                    .args(["-R", "postgres:postgres"])
+                    .arg(&c.conf_dir));
+            }
+        }
+        // Started as pg_ctlcluster starts it; pg_ctl restart reuses these options.
+        c.options = format!(
+            "-c config_file={}",
+            c.conf_dir.join("postgresql.conf").display()
+        );
+        c.conf_file = c.conf_dir.join("conf.d/00-tests.conf");
+        c.conf(&format!(
+            "{}\nfsync = off\nmax_connections = 40\nshared_buffers = 64MB\nlog_min_messages = warning\n{}\n{extra}\n",
+            c.address_conf(),
+            if preload { "shared_preload_libraries = 'snowflake'" } else { "" },
+        ));
+        if is_root() {
+            run(Command::new("chown")
+                .arg("postgres:postgres")
+                .arg(&c.conf_file));
+        }
+        c
     }
 
     fn address_conf(&self) -> String {
@@ -215,8 +322,8 @@ impl Cluster {
 
     /// Appends lines to postgresql.conf (later lines win).
     pub fn conf(&mut self, lines: &str) {
-        let path = self.data.join("postgresql.conf");
-        let mut s = fs::read_to_string(&path).unwrap();
+        let path = self.conf_file.clone();
+        let mut s = fs::read_to_string(&path).unwrap_or_default();
         s.push_str(lines);
         s.push('\n');
         fs::write(&path, s).unwrap();
@@ -523,6 +630,53 @@ pub fn shared_cluster(
     })
 }
 
+/// 18's initdb enables data checksums by default, earlier ones do not; pg_upgrade needs both
+/// sides alike, so every cluster here is made without them.
+fn no_checksums(bin: &Path) -> Vec<&'static std::ffi::OsStr> {
+    let version = String::from_utf8(
+        Command::new(bin.join("initdb"))
+            .arg("--version")
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .unwrap();
+    if major_of(version.trim_start_matches("initdb (PostgreSQL) ")) >= 18 {
+        vec![std::ffi::OsStr::new("--no-data-checksums")]
+    } else {
+        vec![]
+    }
+}
+
+/// Drops the Debian clusters (`sf-NAME-PID-N`) that a test process made and did not drop
+/// because it was killed (a timeout): its process id is no longer running.
+fn drop_stale_debian_clusters() {
+    let Ok(versions) = fs::read_dir("/etc/postgresql") else {
+        return;
+    };
+    for v in versions.flatten() {
+        let Ok(clusters) = fs::read_dir(v.path()) else {
+            continue;
+        };
+        for c in clusters.flatten() {
+            let name = c.file_name().to_string_lossy().to_string();
+            let Some(rest) = name.strip_prefix("sf-") else {
+                continue;
+            };
+            let parts: Vec<&str> = rest.rsplitn(3, '-').collect();
+            let Some(pid) = parts.get(1).and_then(|p| p.parse::<u32>().ok()) else {
+                continue;
+            };
+            if !Path::new(&format!("/proc/{pid}")).exists() {
+                let _ = Command::new("pg_dropcluster")
+                    .args(["--stop", &v.file_name().to_string_lossy(), &name])
+                    .output();
+                let _ = fs::remove_dir_all(c.path());
+            }
+        }
+    }
+}
+
 impl Drop for Cluster {
     fn drop(&mut self) {
         if self.running {
@@ -530,6 +684,22 @@ impl Drop for Cluster {
                 .pg_ctl()
                 .args(["-w", "-m", "immediate", "stop"])
                 .output();
+        }
+        // Debian's clusters are dropped even when the test failed: their configuration is
+        // outside the test's directory (a copy of it stays there for inspection).
+        if let Some((major, name)) = &self.debian {
+            if std::thread::panicking() {
+                let _ = Command::new("cp")
+                    .arg("-r")
+                    .arg(&self.conf_dir)
+                    .arg(self.dir.join("etc"))
+                    .status();
+            }
+            let _ = Command::new("pg_dropcluster")
+                .args(["--stop", &major.to_string(), name])
+                .output();
+            // pg_dropcluster leaves the files it did not make (conf.d/*.conf).
+            let _ = fs::remove_dir_all(&self.conf_dir);
         }
         if std::env::var_os("SNOWFLAKE_KEEP_CLUSTERS").is_none() && !std::thread::panicking() {
             let _ = fs::remove_dir_all(&self.dir);
