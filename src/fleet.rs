@@ -349,7 +349,10 @@ fn publisher_end(name: &str) -> Option<i64> {
         let f = pg_sys::WalReceiverFunctions.as_ref()?;
         let mut err: *mut std::ffi::c_char = std::ptr::null_mut();
         let app = c"snowflake lease worker".as_ptr();
-        // 16 added must_use_password, 17 whether the connection is a replication one.
+        // 16 added must_use_password, 17 whether the connection is a replication one: from 17
+        // it is an ordinary one, which needs no walsender of the publisher (its subscribers'
+        // apply workers may hold them all); before, a logical replication connection, which
+        // needs one spare.
         #[cfg(feature = "pg15")]
         let conn = {
             let _ = must_use_password;
@@ -360,8 +363,8 @@ fn publisher_end(name: &str) -> Option<i64> {
         #[cfg(not(any(feature = "pg15", feature = "pg16")))]
         let conn = f.walrcv_connect?(
             conninfo.as_ptr(),
-            true,
-            true,
+            false,
+            false,
             must_use_password,
             app,
             &mut err,
