@@ -17,7 +17,7 @@ the run it prints each one's verdict from the numbers.
 
 Writes bench/results/pgNN.md (for people: every figure with its spread, the commit measured, and
 every server's settings that differ from PostgreSQL's defaults), pgNN.json (the same numbers, for
-bench/render.py, which renders docs/performance.md's tables from them) and the charts.
+bench/render.py, which renders bench/README.md's tables from them) and the charts.
 This is a benchmark, not a test: it never fails on a time.
 """
 import datetime

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Renders docs/performance.md's tables from bench/results/pgNN.json (written by bench.py).
+"""Renders bench/README.md's tables from bench/results/pgNN.json (written by bench.py).
 
 Each table sits between `<!-- rendered: NAME -->` and `<!-- end rendered -->` in the page; the
 words around them are written by hand and quote no figure. `render.py` rewrites the tables in
@@ -16,7 +16,7 @@ import sys
 from figures import signal_text, threshold_text
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-PAGE = os.path.join(HERE, "..", "docs", "performance.md")
+PAGE = os.path.join(HERE, "..", "bench", "README.md")
 BLOCK = re.compile(r"(<!-- rendered: ([a-z-]+) -->\n)(.*?)(<!-- end rendered -->)", re.S)
 
 
@@ -269,13 +269,13 @@ def render(text, rendered):
     def one(m):
         name = m.group(2)
         if name not in rendered:
-            raise SystemExit(f"render.py: docs/performance.md has a block {name!r} that render.py does not know")
+            raise SystemExit(f"render.py: bench/README.md has a block {name!r} that render.py does not know")
         seen.add(name)
         return m.group(1) + rendered[name] + m.group(4)
     out = BLOCK.sub(one, text)
     missing = set(rendered) - seen
     if missing:
-        raise SystemExit(f"render.py: docs/performance.md lacks the blocks {sorted(missing)}")
+        raise SystemExit(f"render.py: bench/README.md lacks the blocks {sorted(missing)}")
     return out
 
 
@@ -290,8 +290,8 @@ def main():
         if new != text:
             import difflib
             sys.stdout.writelines(difflib.unified_diff(text.splitlines(True), new.splitlines(True),
-                                                       "docs/performance.md", "rendered from bench/results"))
-            print("render.py: docs/performance.md differs from bench/results: run python3 bench/render.py")
+                                                       "bench/README.md", "rendered from bench/results"))
+            print("render.py: bench/README.md differs from bench/results: run python3 bench/render.py")
             return 1
         return 0
     if new != text:

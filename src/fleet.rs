@@ -349,7 +349,10 @@ fn publisher_end(name: &str) -> Option<i64> {
         let f = pg_sys::WalReceiverFunctions.as_ref()?;
         let mut err: *mut std::ffi::c_char = std::ptr::null_mut();
         let app = c"snowflake lease worker".as_ptr();
-        // 16 added must_use_password, 17 whether the connection is a replication one.
+        // 16 added must_use_password, 17 whether the connection is a replication one: from 17
+        // it is an ordinary one, which needs no walsender of the publisher (its subscribers'
+        // apply workers may hold them all); before, a logical replication connection, which
+        // needs one spare.
         #[cfg(feature = "pg15")]
         let conn = {
             let _ = must_use_password;
@@ -360,8 +363,8 @@ fn publisher_end(name: &str) -> Option<i64> {
         #[cfg(not(any(feature = "pg15", feature = "pg16")))]
         let conn = f.walrcv_connect?(
             conninfo.as_ptr(),
-            true,
-            true,
+            false,
+            false,
             must_use_password,
             app,
             &mut err,
@@ -498,8 +501,13 @@ pub fn refresh(worker: &mut Worker, settings: &Settings, now_ms: u64) {
             PathEvent::Recovered { subscription } => log!(
                 "snowflake: subscription \"{subscription}\" applies _snowflake.claims again"
             ),
+            // What the operator can do differs: 15 has no `origin` option, so every subscription
+            // may relay and only retiring helps; 16 and later can subscribe directly.
+            PathEvent::Relays { subscription } if cfg!(feature = "pg15") => log!(
+                "snowflake: subscription \"{subscription}\" carries _snowflake.claims and may relay other servers' claims, so no claim on datacenter_id {dc} and worker_id {w} expires here while it exists; retire a server that leaves"
+            ),
             PathEvent::Relays { subscription } => log!(
-                "snowflake: subscription \"{subscription}\" carries _snowflake.claims with origin = any: a claim its publisher received from a third server would arrive relayed, watched only as far as that publisher, so while it exists no claim on datacenter_id {dc} and worker_id {w} expires here (retire a server that left; on PostgreSQL 16 and later, subscribe directly to every server whose claims it brings, and only then set origin = none: a claim that no path brings any more expires)"
+                "snowflake: subscription \"{subscription}\" carries _snowflake.claims with origin = any, so no claim on datacenter_id {dc} and worker_id {w} expires here while it exists; subscribe directly to each server whose claims it brings, then set origin = none"
             ),
         }
     }
@@ -580,7 +588,10 @@ fn node_claimed(
         )),
         Some(&format!(
             "Give one of the two servers another snowflake.worker_id (or datacenter_id) and restart it. If the other server no longer runs, {}, or retire it now (it stays as the floor for this pair): UPDATE _snowflake.claims SET retired = true WHERE system_identifier = {other_system_identifier}.",
-            if claims_stale {
+            if claims_stale && cfg!(feature = "pg15") {
+                // 15 has no origin = none: a relaying path can only be ended, not made direct.
+                "its claim does not expire while a path is not applying or relays (on PostgreSQL 15 every subscription may relay): repair a path that is not applying".to_string()
+            } else if claims_stale {
                 "its claim does not expire while a path is not applying or relays: repair the path (for one that relays, first subscribe directly to every server whose claims it brings, then set origin = none: a claim that no path brings any more expires)".to_string()
             } else {
                 format!("its claim expires once this server has seen it unchanged for {expiry_s} s")

@@ -936,6 +936,52 @@ fn a_subscription_an_ordinary_role_owns_is_no_claims_path() {
     drop(silent);
 }
 
+/// From 17 the start's question to a publisher is an ordinary connection: it needs no walsender
+/// there, which its subscribers' apply workers may hold all of (15 and 16's walreceiver library
+/// makes only replication connections: there a publisher needs one spare).
+#[test]
+fn the_gates_question_to_a_publisher_takes_no_walsender() {
+    if pg_major() < 17 {
+        return;
+    }
+    let mut x = node("ask-x", 1, 5);
+    let mut y = node("ask-y", 1, 6);
+    for c in [&mut x, &mut y] {
+        c.start();
+        c.sql("CREATE EXTENSION snowflake; SELECT snowflake_nextval()");
+    }
+    y.conf("log_connections = on");
+    y.stop("fast");
+    y.start();
+    y.sql("CREATE PUBLICATION pub FOR TABLE _snowflake.claims");
+    x.sql(&format!(
+        "CREATE SUBSCRIPTION sub_from_y CONNECTION '{}' PUBLICATION pub WITH (copy_data = false)",
+        y.conninfo()
+    ));
+    x.stop("fast");
+    x.start();
+    let asked = |c: &Cluster| {
+        c.log()
+            .lines()
+            .filter(|l| l.contains("application_name=snowflake lease worker"))
+            .map(str::to_string)
+            .collect::<Vec<_>>()
+    };
+    assert!(
+        eventually(30, || !asked(&y).is_empty()),
+        "X's lease worker never asked Y:\n{}",
+        x.log()
+    );
+    assert!(
+        eventually(30, || x.try_sql("SELECT snowflake_nextval()").is_ok()),
+        "{}",
+        x.log()
+    );
+    for line in asked(&y) {
+        assert!(!line.contains("replication connection"), "{line}");
+    }
+}
+
 /// A physical copy started beside its original (here a standby promoted while its primary runs)
 /// keeps the original's system identifier and pair. Subscribed to the original's claims, it finds
 /// versions of its own row that it did not write, proof of a copy: it refuses and says so (1.5.0
@@ -1211,10 +1257,20 @@ fn a_claim_relayed_through_another_server_never_expires_by_silence() {
         c.sql("SELECT claim_conflict_with::text FROM snowflake_node()"),
         sysid(&a)
     );
+    // The LOG line says only what applies to the running major (15 has no origin option).
+    let relays = if pg_major() >= 16 {
+        "subscription \"sub_from_b\" carries _snowflake.claims with origin = any, so no claim on datacenter_id 1 and worker_id 5 expires here while it exists; subscribe directly"
+    } else {
+        "subscription \"sub_from_b\" carries _snowflake.claims and may relay other servers' claims, so no claim on datacenter_id 1 and worker_id 5 expires here while it exists; retire a server that leaves"
+    };
+    assert!(c.log().contains(relays), "{}", c.log());
     assert!(
-        c.log()
-            .contains("subscription \"sub_from_b\" carries _snowflake.claims with origin = any"),
-        "{}",
+        !c.log().contains(if pg_major() >= 16 {
+            "retire a server that leaves"
+        } else {
+            "origin = none"
+        }),
+        "the LOG line speaks of another major: {}",
         c.log()
     );
     // B's path from A stops; A runs on. Well past the expiry (15 s here), C still refuses.

@@ -748,6 +748,7 @@ fn app_recipes() -> Vec<(&'static str, String)> {
             common::readme_recipe("partitions-off-utc"),
         ),
         ("horizon-holders", common::readme_recipe("horizon-holders")),
+        ("checklist", common::readme_recipe("checklist")),
         // Last: it drops the extension.
         ("removal", common::readme_recipe("removal")),
     ]
@@ -1019,6 +1020,8 @@ fn recipes_a_superuser_runs_run_nothing_another_role_planted() {
             "raise-after-failover" => format!("SELECT snowflake.snowflake_nextval() > {}", out.lines().last().unwrap_or("NULL")),
             // Status: they ran (no partition is off UTC midnight, no transaction holds an ID).
             "partitions-off-utc" | "horizon-holders" => format!("SELECT {}", out.is_empty()),
+            // Its ten checks, each a row: item | value | ok.
+            "checklist" => format!("SELECT {}", out.lines().filter(|l| l.matches('|').count() == 2).count() == 10),
             _ => "SELECT (SELECT count(*) FROM pg_extension WHERE extname = 'snowflake') = 0 AND (SELECT attidentity = 'd' FROM pg_attribute WHERE attrelid = 'public.orders'::regclass AND attname = 'id')".to_string(),
         };
         assert_eq!(
