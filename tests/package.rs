@@ -5,7 +5,7 @@
 //! of the build machine in any file, and lintian clean.
 
 mod common;
-use common::{bindir, pg_config, pg_major, run, Cluster};
+use common::{bindir, find_target_file, pg_config, pg_major, run, Cluster};
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -15,21 +15,11 @@ const VERSION: &str = env!("CARGO_PKG_VERSION");
 /// `target/postgresql-NN-snowflake[-dbgsym]_<version>-<revision>_<arch>.deb` (`suffix` is
 /// `""` or `"-dbgsym"`); one only, so that an old revision left beside it is noticed.
 fn find_deb_of(major: u32, suffix: &str) -> PathBuf {
-    let target = Path::new(env!("CARGO_MANIFEST_DIR")).join("target");
-    let want = format!("postgresql-{major}-snowflake{suffix}_{VERSION}-");
-    let found: Vec<PathBuf> = fs::read_dir(&target)
-        .expect("target/ exists")
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| {
-            let name = p.file_name().unwrap().to_string_lossy().to_string();
-            name.starts_with(&want) && name.ends_with(".deb")
-        })
-        .collect();
-    match found.as_slice() {
-        [one] => one.clone(),
-        [] => panic!("no {want}*.deb under target/: run `make package PG_MAJOR={major}` first"),
-        more => panic!("more than one {want}*.deb under target/ (remove the old): {more:?}"),
-    }
+    find_target_file(
+        &format!("postgresql-{major}-snowflake{suffix}_{VERSION}-"),
+        ".deb",
+        &format!("make package PG_MAJOR={major}"),
+    )
 }
 
 fn find_deb(major: u32) -> PathBuf {
@@ -570,21 +560,11 @@ impl Drop for ServerCopy {
 
 /// `target/snowflake_NN[-debuginfo]-<version>-<release>.<arch>.rpm`, one only.
 fn find_rpm_of(major: u32, suffix: &str) -> PathBuf {
-    let target = Path::new(env!("CARGO_MANIFEST_DIR")).join("target");
-    let want = format!("snowflake_{major}{suffix}-{VERSION}-");
-    let found: Vec<PathBuf> = fs::read_dir(&target)
-        .expect("target/ exists")
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| {
-            let name = p.file_name().unwrap().to_string_lossy().to_string();
-            name.starts_with(&want) && name.ends_with(".rpm")
-        })
-        .collect();
-    match found.as_slice() {
-        [one] => one.clone(),
-        [] => panic!("no {want}*.rpm under target/: run `make rpm PG_MAJOR={major}` first"),
-        more => panic!("more than one {want}*.rpm under target/ (remove the old): {more:?}"),
-    }
+    find_target_file(
+        &format!("snowflake_{major}{suffix}-{VERSION}-"),
+        ".rpm",
+        &format!("make rpm PG_MAJOR={major}"),
+    )
 }
 
 fn rpm_query(rpm: &Path, args: &[&str]) -> String {

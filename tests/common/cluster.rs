@@ -46,25 +46,7 @@ impl Cluster {
     pub fn of(bin: &Path, name: &str, extra: &str, preload: bool) -> Cluster {
         let (dir, port) = Self::new_dir(name);
         let data = dir.join("data");
-        owner_runs(
-            &bin.join("initdb"),
-            &[
-                &no_checksums(bin)[..],
-                &[
-                    "-D".as_ref(),
-                    data.as_os_str(),
-                    "-A".as_ref(),
-                    "trust".as_ref(),
-                    "-U".as_ref(),
-                    "postgres".as_ref(),
-                    "--no-sync".as_ref(),
-                    "-E".as_ref(),
-                    "UTF8".as_ref(),
-                    "--locale=C".as_ref(),
-                ],
-            ]
-            .concat(),
-        );
+        initdb(bin, &data);
         let mut c = Cluster::at(bin, dir, data, port);
         c.conf(&format!(
             "{}\nfsync = off\nmax_connections = 40\nshared_buffers = 64MB\nlog_min_messages = warning\n{}\n{extra}\n",
@@ -154,25 +136,7 @@ impl Cluster {
             c.conf_dir = PathBuf::from(format!("/etc/postgresql/{major}/{cluster}"));
             c.debian = Some((major, cluster));
         } else {
-            owner_runs(
-                &bin.join("initdb"),
-                &[
-                    &no_checksums(bin)[..],
-                    &[
-                        "-D".as_ref(),
-                        data.as_os_str(),
-                        "-A".as_ref(),
-                        "trust".as_ref(),
-                        "-U".as_ref(),
-                        "postgres".as_ref(),
-                        "--no-sync".as_ref(),
-                        "-E".as_ref(),
-                        "UTF8".as_ref(),
-                        "--locale=C".as_ref(),
-                    ],
-                ]
-                .concat(),
-            );
+            initdb(bin, &data);
             c.conf_dir = dir.join("etc");
             fs::create_dir_all(c.conf_dir.join("conf.d")).unwrap();
             for f in ["postgresql.conf", "pg_hba.conf", "pg_ident.conf"] {
@@ -705,4 +669,28 @@ impl Drop for Cluster {
             let _ = fs::remove_dir_all(&self.dir);
         }
     }
+}
+
+/// initdb, as the servers' user, of a cluster in `data` with the server whose programs are in
+/// `bin`: trust, superuser `postgres`, UTF8 and the C locale, no sync, no checksums.
+fn initdb(bin: &Path, data: &Path) {
+    owner_runs(
+        &bin.join("initdb"),
+        &[
+            &no_checksums(bin)[..],
+            &[
+                "-D".as_ref(),
+                data.as_os_str(),
+                "-A".as_ref(),
+                "trust".as_ref(),
+                "-U".as_ref(),
+                "postgres".as_ref(),
+                "--no-sync".as_ref(),
+                "-E".as_ref(),
+                "UTF8".as_ref(),
+                "--locale=C".as_ref(),
+            ],
+        ]
+        .concat(),
+    );
 }

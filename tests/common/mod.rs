@@ -134,25 +134,33 @@ pub fn parse_error(stderr: &str) -> PgError {
     e
 }
 
-/// `target/postgresql-NN-snowflake_<version>-<revision>_<arch>.deb`, made by `make package`; one
-/// only, so that an old revision left beside it is noticed.
-pub fn find_deb_file(major: u32) -> PathBuf {
+/// The one file of target/ whose name starts with `prefix` and ends with `ext`, made by `make`
+/// (`made_by`, for the message); one only, so that an old revision left beside it is noticed.
+pub fn find_target_file(prefix: &str, ext: &str, made_by: &str) -> PathBuf {
     let target = Path::new(env!("CARGO_MANIFEST_DIR")).join("target");
-    let want = format!(
-        "postgresql-{major}-snowflake_{}-",
-        env!("CARGO_PKG_VERSION")
-    );
-    let found: Vec<PathBuf> = fs::read_dir(&target)
+    let found: Vec<PathBuf> = std::fs::read_dir(&target)
         .expect("target/ exists")
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| {
             let name = p.file_name().unwrap().to_string_lossy().to_string();
-            name.starts_with(&want) && name.ends_with(".deb")
+            name.starts_with(prefix) && name.ends_with(ext)
         })
         .collect();
     match found.as_slice() {
         [one] => one.clone(),
-        [] => panic!("no {want}*.deb under target/: run `make package PG_MAJOR={major}` first"),
-        more => panic!("more than one {want}*.deb under target/ (remove the old): {more:?}"),
+        [] => panic!("no {prefix}*{ext} under target/: run `{made_by}` first"),
+        more => panic!("more than one {prefix}*{ext} under target/ (remove the old): {more:?}"),
     }
+}
+
+/// `target/postgresql-NN-snowflake_<version>-<revision>_<arch>.deb`, made by `make package`.
+pub fn find_deb_file(major: u32) -> PathBuf {
+    find_target_file(
+        &format!(
+            "postgresql-{major}-snowflake_{}-",
+            env!("CARGO_PKG_VERSION")
+        ),
+        ".deb",
+        &format!("make package PG_MAJOR={major}"),
+    )
 }
