@@ -8,7 +8,8 @@
 -- snowflake_unadopt() sets a nullable key NOT NULL, and before 17 gives the partitions of a
 -- partitioned table the identity's sequence as their default. snowflake_horizon() is for
 -- pg_read_all_stats and the roles granted it. snowflake_guard() is a trigger that refuses an
--- explicit ID a generator would issue again later (issue 51). snowflake_health() (issue 51) is new.
+-- explicit ID a generator would issue again later, or with 'always' any explicit ID (issue 51).
+-- snowflake_health() (issue 51) is new.
 
 -- A schema whose owner is not a superuser is refused by CREATE EXTENSION (src/schema_check.sql).
 -- Here only a WARNING: refusing the update would keep 1.6.0's SQL, which issue 49 broke.
@@ -383,7 +384,7 @@ GRANT EXECUTE ON FUNCTION snowflake_horizon() TO pg_read_all_stats;
 CREATE FUNCTION snowflake_guard() RETURNS trigger
 LANGUAGE c
 AS 'MODULE_PATHNAME', 'snowflake_guard_wrapper';
-COMMENT ON FUNCTION snowflake_guard() IS 'Trigger: refuses an explicit snowflake ID that a generator would issue again later (its argument names the key column, id by default)';
+COMMENT ON FUNCTION snowflake_guard() IS 'Trigger: refuses an explicit snowflake ID that a generator would issue again later (its argument names the key column, id by default); with a second argument, always, any explicit ID';
 
 -- snowflake_health() (issue 51): whether ID generation is healthy, for pg_monitor and the roles
 -- granted it (its reasons name the lease database, its owner and other servers' identifiers).

@@ -7,6 +7,7 @@ use crate::core::time::{pg_timestamp_to_unix_ms, unix_ms_to_pg_timestamp};
 use crate::errors;
 use crate::generator::{self, DatabaseTrust, PairState};
 use pgrx::prelude::*;
+use std::sync::atomic::{AtomicI64, Ordering};
 
 /// `snowflake_nextval()`, written as a bare V1 C function rather than a `#[pg_extern]`.
 ///
@@ -21,10 +22,25 @@ pub unsafe extern "C-unwind" fn snowflake_nextval_wrapper(
     _fcinfo: pg_sys::FunctionCallInfo,
 ) -> pg_sys::Datum {
     let first = unsafe { generator::hot_attempt() };
-    if let Some(Ok(Step::Issued(id))) = first {
-        return pg_sys::Datum::from(id);
-    }
-    pg_sys::Datum::from(unsafe { nextval_slow(&first) })
+    let id = match first {
+        Some(Ok(Step::Issued(id))) => id,
+        _ => unsafe { nextval_slow(&first) },
+    };
+    LAST_RETURNED.store(id, Ordering::Relaxed);
+    pg_sys::Datum::from(id)
+}
+
+/// The last ID `snowflake_nextval()` returned in this process (`NONE_RETURNED` before the
+/// first): what `snowflake_guard(..., 'always')` admits. Process-local, so no lock: a backend
+/// runs one statement at a time, and evaluates a row's default just before its BEFORE ROW
+/// triggers fire. A plain store on the hot path (an atomic only to need no `unsafe`).
+static LAST_RETURNED: AtomicI64 = AtomicI64::new(NONE_RETURNED);
+/// No ID is negative.
+const NONE_RETURNED: i64 = -1;
+
+/// The last ID `snowflake_nextval()` returned in this session, if any.
+pub(crate) fn last_returned() -> Option<i64> {
+    Some(LAST_RETURNED.load(Ordering::Relaxed)).filter(|&id| id != NONE_RETURNED)
 }
 
 #[unsafe(no_mangle)]

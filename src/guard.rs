@@ -9,7 +9,7 @@
 //! row must not move the server's IDs (one row dated 2080 would stop every table's inserts).
 
 use crate::config::{self, epoch_ms};
-use crate::core::guard::{judge, Danger};
+use crate::core::guard::{judge, judge_always, Danger, NotJustIssued};
 use crate::core::layout::{decompose, Node};
 use crate::core::time::{unix_ms_text, Clock, SystemClock};
 use crate::errors;
@@ -18,7 +18,9 @@ use pgrx::prelude::*;
 use pgrx::{pg_sys, PgSqlErrorCode};
 use std::ffi::CStr;
 
-/// The guard. Its one optional argument names the key column (`id` without one).
+/// The guard. Its first argument names the key column (`id` without one); a second, `'always'`,
+/// refuses every ID but the one `snowflake_nextval()` just returned in this session
+/// ([`crate::core::guard::judge_always`]).
 #[pg_trigger]
 fn snowflake_guard<'a>(
     trigger: &'a PgTrigger<'a>,
@@ -42,20 +44,37 @@ fn snowflake_guard<'a>(
     }
     // SAFETY: PostgreSQL's trigger data for a BEFORE ROW INSERT or UPDATE trigger: the relation,
     // its descriptor, the trigger's arguments and the tuples are valid during the call.
-    let (id, old_id, rel_name, column) = unsafe {
+    let (id, old_id, rel_name, column, always) = unsafe {
         let rel = data.tg_relation;
         let desc = (*rel).rd_att;
         let trig = data.tg_trigger;
-        let column: Vec<u8> = match (*trig).tgnargs {
-            0 => b"id".to_vec(),
-            1 => CStr::from_ptr(*(*trig).tgargs).to_bytes().to_vec(),
-            n => errors::raise(
+        let nargs = (*trig).tgnargs;
+        if nargs > 2 {
+            errors::raise(
                 PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
-                format!("snowflake_guard() takes one argument, the key column, not {n}"),
+                format!("snowflake_guard() takes at most two arguments, the key column and 'always', not {nargs}"),
                 None,
-                Some("Re-create the trigger with EXECUTE FUNCTION snowflake_guard('id'), naming the key column."),
-            ),
+                Some("Re-create the trigger with EXECUTE FUNCTION snowflake_guard('id') or snowflake_guard('id', 'always'), naming the key column."),
+            )
+        }
+        let arg = |i: usize| CStr::from_ptr(*(*trig).tgargs.add(i)).to_bytes();
+        let column: Vec<u8> = if nargs == 0 {
+            b"id".to_vec()
+        } else {
+            arg(0).to_vec()
         };
+        let always = nargs == 2;
+        if always && arg(1) != b"always" {
+            errors::raise(
+                PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+                format!(
+                    "snowflake_guard()'s second argument must be 'always', not '{}'",
+                    name_text(arg(1))
+                ),
+                None,
+                Some("Re-create the trigger with EXECUTE FUNCTION snowflake_guard('id', 'always'), or with the key column only."),
+            )
+        }
         let rel_name = name_text(CStr::from_ptr((*(*rel).rd_rel).relname.data.as_ptr()).to_bytes());
         let attnum = find_column(desc, &column).unwrap_or_else(|| {
             errors::raise(
@@ -78,7 +97,7 @@ fn snowflake_guard<'a>(
         } else {
             (get(data.tg_newtuple), get(data.tg_trigtuple))
         };
-        (new, old, rel_name, name_text(&column))
+        (new, old, rel_name, name_text(&column), always)
     };
     let row = trigger.new();
     let Some(id) = id else {
@@ -86,6 +105,13 @@ fn snowflake_guard<'a>(
     };
     // A row that keeps its ID brings no new one.
     if old_id == Some(id) {
+        return Ok(row);
+    }
+    if always {
+        let last = crate::api::last_returned();
+        if let Err(NotJustIssued { last_returned }) = judge_always(id, last) {
+            refuse_explicit(id, &rel_name, &column, last_returned, update);
+        }
         return Ok(row);
     }
     config::require_preload("snowflake_guard()");
@@ -102,7 +128,7 @@ fn snowflake_guard<'a>(
 }
 
 extension_sql!(
-    "COMMENT ON FUNCTION snowflake_guard() IS 'Trigger: refuses an explicit snowflake ID that a generator would issue again later (its argument names the key column, id by default)';\n",
+    "COMMENT ON FUNCTION snowflake_guard() IS 'Trigger: refuses an explicit snowflake ID that a generator would issue again later (its argument names the key column, id by default); with a second argument, always, any explicit ID';\n",
     name = "snowflake_guard_comment",
     requires = [snowflake_guard]
 );
@@ -227,5 +253,22 @@ fn refuse(
         message,
         Some(detail),
         Some(hint),
+    )
+}
+
+/// The refusal of `'always'` mode: the ID is not the one `snowflake_nextval()` just returned.
+fn refuse_explicit(id: i64, table: &str, column: &str, last: Option<i64>, update: bool) -> ! {
+    let last = match last {
+        Some(last) => format!("returned {last} last"),
+        None => "has returned none in this session".to_string(),
+    };
+    errors::raise(
+        PgSqlErrorCode::ERRCODE_GENERATED_ALWAYS,
+        format!("column \"{column}\" of table \"{table}\" takes only IDs from snowflake_nextval()"),
+        Some(format!(
+            "The row's ID is {id}, and snowflake_nextval() {last}. The trigger's 'always' mode admits only that ID{}.",
+            if update { ", or the row's own" } else { "" }
+        )),
+        Some("Leave the column to its default. To bring rows in with their IDs, raise the floor first, then disable the trigger for the import (see \"Explicit IDs\" in docs/operations.md)."),
     )
 }

@@ -1,6 +1,7 @@
 //! The key guard, `snowflake_guard()`: an explicit ID that a generator would issue again later is
 //! refused at the statement that brings it (issue 51), never an ID the generator issued, never a
-//! row that logical replication applies; and the docs' way to bring rows in with their IDs.
+//! row that logical replication applies; in 'always' mode, every ID but the one the session's
+//! generator just returned; and the docs' way to bring rows in with their IDs.
 
 mod common;
 use common::{eventually, readme_recipe, Cluster};
@@ -157,11 +158,16 @@ fn an_explicit_id_the_generator_would_reach_is_refused_at_its_statement() {
 }
 
 /// IDs of the column's default, and IDs of `snowflake_nextval()` given explicitly by the same or
-/// another backend, always pass, several clients at once.
+/// another backend, always pass, several clients at once, in the default mode and in 'always'.
 #[test]
 fn the_generators_own_ids_pass_under_load() {
     let c = guarded("guard-load", "");
     c.sql("ALTER TABLE orders OWNER TO postgres");
+    // 'always' too: each row's ID is the one its session drew last.
+    c.sql(
+        "CREATE TRIGGER orders_zz_always BEFORE INSERT OR UPDATE OF id ON orders \
+             FOR EACH ROW EXECUTE FUNCTION snowflake_guard('id', 'always')",
+    );
     let out = c.pgbench_ok(
         "INSERT INTO orders DEFAULT VALUES;\n\
          INSERT INTO orders (id) SELECT snowflake_nextval();\n\
@@ -183,6 +189,12 @@ fn the_generators_own_ids_pass_under_load() {
 fn logical_replication_apply_is_not_refused() {
     let logical = "wal_level = logical\nmax_worker_processes = 16\nmax_logical_replication_workers = 6\nmax_replication_slots = 6\nmax_wal_senders = 6";
     let subscriber = guarded("guard-sub", logical);
+    // And an 'always' guard after it (names sort later): the apply writes nothing but explicit IDs.
+    as_app(
+        &subscriber,
+        "CREATE TRIGGER orders_zz_always BEFORE INSERT OR UPDATE OF id ON orders \
+             FOR EACH ROW EXECUTE FUNCTION snowflake_guard('id', 'always')",
+    );
     let mut publisher = Cluster::new(
         "guard-pub",
         &format!("{logical}\nsnowflake.datacenter_id = 1\nsnowflake.worker_id = 1"),
@@ -223,6 +235,17 @@ fn logical_replication_apply_is_not_refused() {
     // The guard is active there for sessions.
     let e = subscriber.sql_err(&dangerous(3));
     assert_eq!(e.sqlstate, "23514", "{}", e.raw);
+    let e = subscriber.sql_err("INSERT INTO orders (id) SELECT min(id) - 1 FROM orders");
+    assert_eq!(e.sqlstate, "428C9", "{}", e.raw);
+    // Rows updated at the publisher, key and all, are applied too.
+    publisher.sql("UPDATE orders SET id = id - 1, note = 'moved' WHERE note = 'default'");
+    assert!(
+        eventually(60, || subscriber
+            .sql("SELECT count(*) FROM orders WHERE note = 'moved'")
+            == "2"),
+        "{}",
+        subscriber.log()
+    );
 }
 
 /// Partitions (the trigger is cloned to each, whatever its column order), a LATIN1 database
@@ -302,6 +325,10 @@ fn partitions_encodings_and_misuse() {
             "BEFORE INSERT ON orders FOR EACH ROW EXECUTE FUNCTION snowflake_guard('id', 'x')",
             "22023",
         ),
+        (
+            "BEFORE INSERT ON orders FOR EACH ROW EXECUTE FUNCTION snowflake_guard('id', 'always', 'x')",
+            "22023",
+        ),
     ] {
         as_app(&c, &format!("CREATE TRIGGER wrong {trigger}"));
         let e = app_err(&c, "INSERT INTO orders (note) VALUES ('x')");
@@ -343,6 +370,175 @@ fn rows_come_in_with_their_ids_after_the_floor() {
     }
     assert_eq!(
         c.sql("SELECT min(id) > (SELECT max(id) FROM orders_old) FROM orders WHERE note = 'new'"),
+        "t"
+    );
+}
+
+/// `snowflake_guard('id', 'always')`, as `GENERATED ALWAYS`: a row passes only with the ID that
+/// `snowflake_nextval()` just returned in its session, however the statement brings its rows
+/// (VALUES of several rows, INSERT ... SELECT, COPY, ON CONFLICT, partitions); any other ID is
+/// refused (428C9), even one the generator issued before; an UPDATE keeps its key or takes a
+/// new one from the generator. Then the docs' import: the floor, the trigger disabled for it.
+#[test]
+fn always_admits_only_the_id_just_issued() {
+    let c = guarded("guard-always", "");
+    as_app(
+        &c,
+        "DROP TRIGGER orders_snowflake_guard ON orders; \
+         INSERT INTO orders (note) VALUES ('before')",
+    );
+    as_app(&c, &readme_recipe("guard-always"));
+    let refused = |sql: &str| {
+        let e = app_err(&c, sql);
+        assert_eq!(e.sqlstate, "428C9", "{sql}: {}", e.raw);
+        assert!(
+            e.message.contains(
+                "column \"id\" of table \"orders\" takes only IDs from snowflake_nextval()"
+            ),
+            "{sql}: {}",
+            e.raw
+        );
+        e
+    };
+    // Defaults and calls of snowflake_nextval(), one row or many, each evaluated for its row.
+    for sql in [
+        "INSERT INTO orders DEFAULT VALUES",
+        "INSERT INTO orders (note) VALUES ('a'), ('b'), ('c')",
+        "INSERT INTO orders (id, note) VALUES (snowflake_nextval(), 'd'), (DEFAULT, 'e'), ((SELECT snowflake_nextval()), 'f')",
+        "INSERT INTO orders (note) SELECT 'g' || i FROM generate_series(1, 500) i",
+        "INSERT INTO orders (id, note) SELECT snowflake_nextval(), 'h' || i FROM generate_series(1, 100) i ORDER BY i DESC",
+        "INSERT INTO orders (note) VALUES ('i') ON CONFLICT DO NOTHING",
+        "INSERT INTO orders (note) VALUES ('j') ON CONFLICT (id) DO UPDATE SET note = 'k'",
+        // An ID the client read, given back before any other call in the session.
+        "SELECT set_config('my.id', snowflake_nextval()::text, false); \
+         INSERT INTO orders (id, note) VALUES (current_setting('my.id')::bigint, 'l')",
+        // UPDATE: keeping the key, or taking a new one from the generator (SET id = DEFAULT).
+        "UPDATE orders SET note = 'kept' WHERE note = 'a'",
+        "UPDATE orders SET id = id WHERE note = 'b'",
+        "UPDATE orders SET id = DEFAULT WHERE note LIKE 'h%'",
+    ] {
+        as_app(&c, sql);
+    }
+    // COPY with the column left out (FROM PROGRAM: as a superuser).
+    c.sql("COPY orders (note) FROM PROGRAM 'seq 1 50'");
+    assert_eq!(as_app(&c, "SELECT count(*) FROM orders"), "661");
+
+    // A session that drew no ID: nothing explicit passes, not even an ID of the past.
+    let old = c.sql_i64("SELECT min(id) FROM orders");
+    as_app(&c, &format!("DELETE FROM orders WHERE id = {old}"));
+    let e = refused(&format!("INSERT INTO orders (id) VALUES ({old})"));
+    assert!(
+        e.detail.contains(&format!(
+            "The row's ID is {old}, and snowflake_nextval() has returned none in this session."
+        )),
+        "{}",
+        e.raw
+    );
+    assert!(
+        e.hint.contains("Leave the column to its default")
+            && e.hint
+                .contains("raise the floor first, then disable the trigger"),
+        "{}",
+        e.raw
+    );
+    // One that drew IDs: only the last one passes.
+    let e = refused(&format!(
+        "SELECT snowflake_nextval(); INSERT INTO orders (id) VALUES ({old})"
+    ));
+    assert!(
+        e.detail.contains(&format!(
+            "The row's ID is {old}, and snowflake_nextval() returned "
+        )),
+        "{}",
+        e.raw
+    );
+    for sql in [
+        // Another ID drawn between: the first is explicit now.
+        "SELECT set_config('my.id', snowflake_nextval()::text, false); SELECT snowflake_nextval(); \
+         INSERT INTO orders (id) VALUES (current_setting('my.id')::bigint)"
+            .to_string(),
+        "INSERT INTO orders (id) VALUES (snowflake_nextval() - 1)".into(),
+        format!("INSERT INTO orders (id) VALUES (DEFAULT), ({old})"),
+        format!("INSERT INTO orders (id) VALUES ({old}) ON CONFLICT DO NOTHING"),
+        // Another pair's ID of the past, which the default mode lets in.
+        "INSERT INTO orders (id) VALUES (snowflake_compose(now() - interval '1 day', 3, 4, 0))"
+            .into(),
+        // Rows whose IDs were all drawn before the first was written (a sort on them): the
+        // first row is not the last ID drawn. Refused, never let through.
+        "INSERT INTO orders (id) SELECT x FROM (SELECT snowflake_nextval() AS x FROM generate_series(1, 3)) s ORDER BY x".into(),
+        "UPDATE orders SET id = id + 1 WHERE note = 'c'".into(),
+    ] {
+        refused(&sql);
+    }
+    let e = c.sql_err(&format!(
+        "COPY orders (id, note) FROM PROGRAM 'echo {old},copied' (FORMAT csv)"
+    ));
+    assert_eq!(e.sqlstate, "428C9", "{}", e.raw);
+    let e = refused("UPDATE orders SET id = id - 1 WHERE note = 'd'");
+    assert!(
+        e.detail.contains("admits only that ID, or the row's own."),
+        "{}",
+        e.raw
+    );
+
+    // A BEFORE trigger that fires earlier (names sort first) and draws an ID for itself makes
+    // the row's default not the last one; one that sets the key from the generator passes.
+    as_app(
+        &c,
+        "ALTER TABLE orders ADD COLUMN audit bigint; \
+         CREATE FUNCTION audit() RETURNS trigger LANGUAGE plpgsql AS \
+             'BEGIN NEW.audit := snowflake_nextval(); RETURN NEW; END'; \
+         CREATE TRIGGER a_audit BEFORE INSERT ON orders FOR EACH ROW EXECUTE FUNCTION audit()",
+    );
+    refused("INSERT INTO orders (note) VALUES ('audited')");
+    as_app(
+        &c,
+        "DROP TRIGGER a_audit ON orders; \
+         CREATE FUNCTION rekey() RETURNS trigger LANGUAGE plpgsql AS \
+             'BEGIN NEW.id := snowflake_nextval(); RETURN NEW; END'; \
+         CREATE TRIGGER a_rekey BEFORE INSERT ON orders FOR EACH ROW EXECUTE FUNCTION rekey(); \
+         INSERT INTO orders (id, note) VALUES (1, 'rekeyed'); \
+         DROP TRIGGER a_rekey ON orders",
+    );
+
+    // A partitioned table: the trigger is cloned to each partition, and judges the routed row.
+    as_app(
+        &c,
+        "CREATE TABLE events (id bigint NOT NULL DEFAULT snowflake_nextval(), note text) PARTITION BY RANGE (id); \
+         CREATE TABLE events_a PARTITION OF events FOR VALUES FROM (0) TO (MAXVALUE); \
+         CREATE TRIGGER events_snowflake_guard BEFORE INSERT OR UPDATE OF id ON events \
+             FOR EACH ROW EXECUTE FUNCTION snowflake_guard('id', 'always'); \
+         INSERT INTO events (note) SELECT 'x' FROM generate_series(1, 10); \
+         INSERT INTO events (id, note) VALUES (snowflake_nextval(), 'y'), (DEFAULT, 'z')",
+    );
+    let e = app_err(&c, &format!("INSERT INTO events (id) VALUES ({old})"));
+    assert_eq!(e.sqlstate, "428C9", "{}", e.raw);
+    assert!(e.message.contains("of table \"events_a\""), "{}", e.raw);
+
+    // The docs' import: rows with this pair's IDs of the next seconds. The floor first, as for
+    // the default mode, then the rows with the trigger disabled, in one transaction.
+    c.sql(
+        "CREATE TABLE orders_old AS SELECT snowflake_compose(now() + i * interval '3 ms', 1, 2, 5) AS id, \
+                'old ' || i AS note FROM generate_series(1, 1000) i; \
+         GRANT SELECT ON orders_old TO app",
+    );
+    refused("INSERT INTO orders (id, note) SELECT * FROM orders_old");
+    let newest = c.sql_i64(
+        "SELECT (extract(epoch FROM snowflake_timestamp(max(id))) * 1000)::bigint FROM orders_old",
+    );
+    common::run_sql_recipe(&c, "raise-mark", newest);
+    as_app(&c, &readme_recipe("guard-always-import"));
+    assert_eq!(
+        as_app(&c, "SELECT count(*) FROM orders WHERE note LIKE 'old %'"),
+        "1000"
+    );
+    // The trigger is back: explicit IDs are refused, defaults continue above the rows.
+    refused(&format!("INSERT INTO orders (id) VALUES ({old})"));
+    assert_eq!(
+        as_app(
+            &c,
+            "INSERT INTO orders DEFAULT VALUES RETURNING id > (SELECT max(id) FROM orders_old)"
+        ),
         "t"
     );
 }

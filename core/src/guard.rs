@@ -19,6 +19,12 @@
 //!   be a little ahead of this one, so a tighter rule would refuse the fleet's own IDs.
 //!
 //! Negative values pass: no generator issues them.
+//!
+//! In `'always'` mode ([`judge_always`]), as with `GENERATED ALWAYS`, a row's ID passes only if
+//! it is the ID that this session's `snowflake_nextval()` returned last: the column's default, or
+//! a call in the statement, evaluated for the row just before its BEFORE ROW triggers fire. Any
+//! other value is refused, whatever its time: the rule does not ask whether an ID is dangerous,
+//! only whether it came from the generator for this row.
 
 use super::generator::State;
 use super::layout::{assemble, decompose, Node, MAX_SEQUENCE};
@@ -31,6 +37,13 @@ pub enum Danger {
     AboveOwn { last_id: Option<i64> },
     /// On another pair, `ahead_ms` ahead of the clock, more than the drift allows.
     AheadOfClock { ahead_ms: u64 },
+}
+
+/// Why a row is refused in `'always'` mode: its ID is not the one this session's generator
+/// returned last, `last_returned` (`None`: it returned none).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NotJustIssued {
+    pub last_returned: Option<i64>,
 }
 
 /// The last ID `state` issued on `own`, or the floor it stands on: every ID it issues later is
@@ -68,6 +81,16 @@ pub fn judge(
         });
     }
     Ok(())
+}
+
+/// Whether `id` may be written into a column guarded in `'always'` mode, where `last_returned`
+/// is the last ID `snowflake_nextval()` returned in this session (`None` before the first).
+pub fn judge_always(id: i64, last_returned: Option<i64>) -> Result<(), NotJustIssued> {
+    if last_returned == Some(id) {
+        Ok(())
+    } else {
+        Err(NotJustIssued { last_returned })
+    }
 }
 
 #[cfg(test)]
@@ -195,5 +218,33 @@ mod tests {
         let s = State::awaiting_lease();
         assert_eq!(judge(-1, own(), &s, 0, DRIFT), Ok(()));
         assert_eq!(judge(i64::MIN, own(), &s, 0, DRIFT), Ok(()));
+    }
+
+    #[test]
+    fn always_passes_only_the_id_returned_last() {
+        let (mut s, first) = issued_at(5_000);
+        assert_eq!(judge_always(first, Some(first)), Ok(()));
+        let second = match s.next(5_000, own(), DRIFT).unwrap() {
+            Step::Issued(id) => id,
+            other => panic!("{other:?}"),
+        };
+        // An earlier ID of the generator, safe as it is, is explicit now; so is one just above.
+        for id in [first, second + 1, second - 1, -1, 0] {
+            assert_eq!(
+                judge_always(id, Some(second)),
+                Err(NotJustIssued {
+                    last_returned: Some(second)
+                }),
+                "{id}"
+            );
+        }
+        assert_eq!(judge_always(second, Some(second)), Ok(()));
+        // A session that drew no ID passes nothing.
+        assert_eq!(
+            judge_always(first, None),
+            Err(NotJustIssued {
+                last_returned: None
+            })
+        );
     }
 }
