@@ -11,7 +11,8 @@ like with like:
   5. each key's table grown past memory (WAL, full-page images, index size), at PostgreSQL's
      default checkpoint settings and at a stated "busy server" setting,
   6. on PostgreSQL 16 to 18, INSERT throughput on a Citus cluster (a coordinator and two workers),
-  7. what the read horizon (snowflake.track_horizon) costs.
+  7. what the read horizon (snowflake.track_horizon) costs,
+  8. what the key guard (snowflake_guard(), and its 'always' mode) costs per inserted row.
 Before any measurement it states its hypotheses (HYPOTHESES below, with their thresholds); after
 the run it prints each one's verdict from the numbers.
 
@@ -43,7 +44,7 @@ ROUNDS = int(os.environ.get("BENCH_ROUNDS", "7"))
 DURATION = int(os.environ.get("BENCH_DURATION", "4"))
 PGBENCH_ROUNDS = int(os.environ.get("BENCH_PGBENCH_ROUNDS", "2"))
 CLIENTS = [int(c) for c in os.environ.get("BENCH_CLIENTS", "1,4,16").split(",")]
-DEFAULT_PARTS = "calls,concurrency,pgbench,sizes,instructions,scale,citus,horizon"
+DEFAULT_PARTS = "calls,concurrency,pgbench,sizes,instructions,scale,citus,horizon,guard"
 PARTS = os.environ.get("BENCH_PARTS", DEFAULT_PARTS).split(",")
 # Part 1b: pgbench runs `SELECT count(f) FROM generate_series(1, CONC_BATCH)` as its transaction
 # for CONC_DURATION s, with 1 and with 2 clients, in CONC_ROUNDS interleaved rounds.
@@ -69,6 +70,12 @@ SCALE_PROFILES = {
     "busy": {"max_wal_size": "256MB", "checkpoint_timeout": "30s"},
 }
 HORIZON_ROUNDS = int(os.environ.get("BENCH_HORIZON_ROUNDS", "3"))
+# The guard part: each table gets GUARD_ROWS rows in one INSERT ... SELECT, in GUARD_ROUNDS
+# interleaved rounds after a warm-up.
+GUARD_ROWS = int(os.environ.get("BENCH_GUARD_ROWS", "200000"))
+GUARD_ROUNDS = int(os.environ.get("BENCH_GUARD_ROUNDS", "5"))
+# and, under callgrind, N and 3N rows in two fresh backends per table (N = GUARD_VG_ROWS).
+GUARD_VG_ROWS = int(os.environ.get("BENCH_GUARD_VG_ROWS", "10000"))
 VG_CALLS = int(os.environ.get("BENCH_VG_CALLS", "100000"))
 HERE = os.path.dirname(os.path.abspath(__file__))
 OUT = os.path.join(HERE, "results")
@@ -181,6 +188,11 @@ HYPOTHESES = [
      ">=", 0.9),
     ("H12", "tracking the read horizon costs at most 5 % more instructions per `snowflake_nextval()` call",
      lambda r: ratio(r["horizon"]["instructions"]["on"], r["horizon"]["instructions"]["off"]), "<=", 1.05),
+    ("H13", "a table guarded by `snowflake_guard('id')` takes at most 1.1x the instructions per inserted row of "
+            "the same table without it (INSERT ... SELECT of many rows, the key by default)",
+     lambda r: ratio(r["guard"]["instructions"]["guard"], r["guard"]["instructions"]["none"]), "<=", 1.1),
+    ("H14", "the same with `snowflake_guard('id', 'always')`: at most 1.1x the instructions per inserted row",
+     lambda r: ratio(r["guard"]["instructions"]["always"], r["guard"]["instructions"]["none"]), "<=", 1.1),
 ]
 
 
@@ -496,6 +508,62 @@ def bench_horizon():
         if s.proc and s.proc.poll() is None:
             s.stop()
         s.cleanup()
+
+
+# Part 8's tables: (name, key column, the trigger on it). "none" is snowflake's key without a
+# trigger, which every other figure is compared with; "plpgsql" a PL/pgSQL trigger that only
+# returns NEW, for what a trigger of the usual kind costs; bigserial and identity (GENERATED
+# ALWAYS, which the 'always' mode imitates) are PostgreSQL's own.
+GUARD_TABLES = [
+    ("none", KINDS["snowflake"], None),
+    ("guard", KINDS["snowflake"], "snowflake_guard('id')"),
+    ("always", KINDS["snowflake"], "snowflake_guard('id', 'always')"),
+    ("plpgsql", KINDS["snowflake"], "noop()"),
+    ("bigserial", KINDS["bigserial"], None),
+    ("identity", KINDS["identity"], None),
+]
+
+
+def bench_guard(s):
+    """What the key guard costs per inserted row: one INSERT ... SELECT of GUARD_ROWS rows into
+    each table (emptied and checkpointed before), GUARD_ROUNDS interleaved rounds after a warm-up,
+    each round starting one table later. Per row = the statement's time / rows; each table's extra
+    per row over "none" is paired by round (as part 1 subtracts its floor), and its ratio is the
+    median time's over "none"'s."""
+    s.psql("CREATE OR REPLACE FUNCTION noop() RETURNS trigger LANGUAGE plpgsql AS 'BEGIN RETURN NEW; END';")
+    for name, col, trigger in GUARD_TABLES:
+        s.psql(f"DROP TABLE IF EXISTS g_{name}; CREATE TABLE g_{name} ({col}, payload text NOT NULL);" +
+               (f"CREATE TRIGGER g_{name}_trigger BEFORE INSERT OR UPDATE OF id ON g_{name} FOR EACH ROW "
+                f"EXECUTE FUNCTION {trigger};" if trigger else ""))
+    per = {name: [] for name, _, _ in GUARD_TABLES}
+    for r in range(GUARD_ROUNDS + 1):  # round 0 warms up and is discarded
+        k = r % len(GUARD_TABLES)
+        for name, _, _ in GUARD_TABLES[k:] + GUARD_TABLES[:k]:
+            out = s.psql(f"TRUNCATE g_{name}; CHECKPOINT;\n\\timing on\n"
+                         f"INSERT INTO g_{name} (payload) SELECT 'payload' FROM generate_series(1, {GUARD_ROWS});\n")
+            t = float(re.search(r"Time: ([0-9.]+) ms", out).group(1))
+            if r > 0:
+                per[name].append(t * 1e6 / GUARD_ROWS)
+            print(f"  round {r} {name:10s} {t * 1e6 / GUARD_ROWS:8.1f} ns per row", flush=True)
+    base = per["none"]
+    s.stop()
+    # Instructions per row: each table emptied by one backend, then filled by a fresh one with N
+    # and 3N rows; the difference of their totals over the 2N rows between them.
+    s.start(wrapper=["valgrind", "--tool=callgrind", "--trace-children=yes", f"--callgrind-out-file={s.dir}/cg.%p"])
+    s.psql("SELECT snowflake_nextval()")  # the lease worker has started and written a lease
+    ins = {}
+    for name, _, _ in GUARD_TABLES:
+        totals = []
+        for n in (GUARD_VG_ROWS, 3 * GUARD_VG_ROWS):
+            s.psql(f"TRUNCATE g_{name}")
+            totals.append(callgrind_total(callgrind_backend(
+                s, f"INSERT INTO g_{name} (payload) SELECT 'payload' FROM generate_series(1, {n});")))
+        ins[name] = (totals[1] - totals[0]) / (2 * GUARD_VG_ROWS)
+        print(f"  {name:10s} {ins[name]:8.0f} instructions per row", flush=True)
+    return {"ns": {name: spread(v) for name, v in per.items()},
+            "extra": {name: signal(v, base) for name, v in per.items() if name != "none"},
+            "ratio": {name: ratio(statistics.median(v), statistics.median(base)) for name, v in per.items()},
+            "instructions": ins}
 
 
 def bench_instructions():
@@ -970,6 +1038,26 @@ def markdown(r):
         md.append("| `snowflake_nextval()`, instructions per call | " +
                   " | ".join(f"{h['instructions'][k]:.0f}" for k in ("on", "off", "seq")) + " |")
         md += ["", f"`snowflake_horizon()` itself: {h['horizon_us']:.1f} µs per call (max_connections = 64).", ""]
+    if "guard" in r:
+        g = r["guard"]
+        md += ["## 8. What the key guard costs", "",
+               f"`INSERT INTO t (payload) SELECT 'payload' FROM generate_series(1, {GUARD_ROWS})` in one session, the "
+               f"key `DEFAULT snowflake_nextval()`, into a table without a trigger (none), with the key guard "
+               "(`BEFORE INSERT OR UPDATE OF id ... snowflake_guard('id')`), with its `'always'` mode, and with a PL/pgSQL "
+               "trigger that only returns NEW; `bigserial` and identity (`GENERATED ALWAYS`) beside them. Each table "
+               f"emptied and checkpointed before its statement; {GUARD_ROUNDS} interleaved rounds after a warm-up. "
+               "Extra over none: paired by round, as part 1 subtracts its floor. Instructions per row under callgrind: "
+               f"a fresh backend inserts {GUARD_VG_ROWS} rows, another {3 * GUARD_VG_ROWS} (the table emptied before "
+               "each), and the difference of their totals is divided by the rows between them.", "",
+               "| table | ns per row, median (min–max) | extra over none, ns per row | time ratio to none | "
+               "instructions per row | instruction ratio to none |",
+               "|---|---:|---:|---:|---:|---:|"]
+        for name, _, _ in GUARD_TABLES:
+            n = g["ns"][name]
+            md.append(f"| {name} | {n['median']:.1f} ({n['min']:.1f}–{n['max']:.1f}) | "
+                      f"{'—' if name == 'none' else signal_text(g['extra'][name])} | {g['ratio'][name]:.3f} | "
+                      f"{g['instructions'][name]:.0f} | {g['instructions'][name] / g['instructions']['none']:.3f} |")
+        md.append("")
     md += ["## Server settings", "", "Every setting that differs from PostgreSQL's built-in default "
            "(`pg_settings.boot_val`), per server:", ""]
     for role, lines in r["settings"].items():
@@ -992,7 +1080,8 @@ def main():
              "scale_shared_buffers_mb": SCALE_SHARED_BUFFERS_MB, "scale_factor": SCALE_FACTOR,
              "scale_step_rows": SCALE_STEP_ROWS, "scale_clients": SCALE_CLIENTS, "scale_batch": SCALE_BATCH,
              "scale_max_rows": SCALE_MAX_ROWS, "scale_profiles": SCALE_PROFILES, "horizon_rounds": HORIZON_ROUNDS,
-             "vg_calls": VG_CALLS, "citus_clients": CITUS_CLIENTS}}
+             "vg_calls": VG_CALLS, "citus_clients": CITUS_CLIENTS, "guard_rows": GUARD_ROWS,
+             "guard_rounds": GUARD_ROUNDS, "guard_vg_rows": GUARD_VG_ROWS}}
     print("Hypotheses (bench/bench.py, before the run):")
     for hid, text, _, how, threshold in HYPOTHESES:
         print(f"  {hid}: {text} ({threshold_text({'how': how, 'threshold': threshold})})")
@@ -1030,6 +1119,17 @@ def main():
     if "horizon" in PARTS:
         print("7. the read horizon ...", flush=True)
         r["horizon"] = bench_horizon()
+    if "guard" in PARTS:
+        print("8. the key guard ...", flush=True)
+        s = Server(port=54403)
+        s.start()
+        try:
+            s.psql("CREATE EXTENSION snowflake;")
+            note_settings("part 8 (the key guard)", s)
+            r["guard"] = bench_guard(s)
+        finally:
+            s.stop()
+            s.cleanup()
     if "scale" in r:
         # snowflake against each random or 16-byte key over the steps where that key's index
         # exceeds shared_buffers (the same rows for both): WAL per row, and insert rate.

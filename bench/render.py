@@ -72,7 +72,9 @@ PARAMETERS = [("calls", "calls per loop (part 1 and 7)"), ("rounds", "rounds (pa
               ("scale_shared_buffers_mb", "shared_buffers in MB (part 5)"),
               ("scale_factor", "index size to reach, times shared_buffers (5)"), ("scale_step_rows", "rows per step (5)"),
               ("scale_clients", "pgbench clients (5)"), ("scale_batch", "rows per INSERT (5)"),
-              ("citus_clients", "pgbench clients in all (part 6)"), ("horizon_rounds", "rounds (part 7)")]
+              ("citus_clients", "pgbench clients in all (part 6)"), ("horizon_rounds", "rounds (part 7)"),
+              ("guard_rows", "rows per INSERT (part 8)"), ("guard_rounds", "rounds (8)"),
+              ("guard_vg_rows", "rows N of the N and 3N callgrind INSERTs (8)")]
 
 
 def runs_block(runs):
@@ -252,6 +254,27 @@ def horizon_block(runs):
     return table(majors_header(runs, "track_horizon, median (min–max)"), rows)
 
 
+GUARD_LABELS = [("none", "no trigger"), ("guard", "`snowflake_guard('id')`"),
+                ("always", "`snowflake_guard('id', 'always')`"), ("plpgsql", "a PL/pgSQL trigger that returns NEW"),
+                ("bigserial", "`bigserial`, no trigger"), ("identity", "identity (`GENERATED ALWAYS`), no trigger")]
+
+
+def guard_block(runs):
+    rows = []
+    for key, label in GUARD_LABELS:
+        cells = []
+        for r in runs.values():
+            n, t = get(r, "guard", "ns", key), get(r, "guard", "ratio", key)
+            cells.append("—" if n is None else f"{spread(n, '.0f')} ({t:.2f})")
+        rows.append([f"{label}: ns per row (time ratio)"] + cells)
+        cells = []
+        for r in runs.values():
+            i, base = get(r, "guard", "instructions", key), get(r, "guard", "instructions", "none")
+            cells.append("—" if i is None else f"{i:.0f} ({i / base:.2f})")
+        rows.append([f"{label}: instructions per row (ratio)"] + cells)
+    return table(majors_header(runs, "INSERT ... SELECT, median (min–max)"), rows)
+
+
 def blocks(runs):
     return {
         "runs": runs_block(runs), "verdicts": verdicts_block(runs), "per-call": per_call_block(runs),
@@ -259,7 +282,7 @@ def blocks(runs):
         "breakdown": breakdown_block(runs), "concurrency": concurrency_block(runs), "pgbench": pgbench_block(runs),
         "sizes": sizes_block(runs), "scale-defaults": scale_block(runs, "defaults"),
         "scale-busy": scale_block(runs, "busy"), "scale-ratios": scale_ratios_block(runs),
-        "citus": citus_block(runs), "horizon": horizon_block(runs),
+        "citus": citus_block(runs), "horizon": horizon_block(runs), "guard": guard_block(runs),
     }
 
 
