@@ -220,6 +220,16 @@ fn the_package_ships_the_mit_licence_in_dep5_and_a_changelog() {
     assert!(gunzip(&upstream).contains(&format!("\n## {VERSION}")));
 }
 
+/// The GNU build ID of an ELF file, as `readelf -n` prints it (the name of its debug file).
+fn build_id(elf: &Path) -> String {
+    run(Command::new("readelf").arg("-n").arg(elf))
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("Build ID: "))
+        .expect("the library has a build ID")
+        .trim()
+        .to_string()
+}
+
 fn sections(elf: &Path) -> String {
     run(Command::new("readelf").args(["-S", "-W"]).arg(elf))
 }
@@ -245,13 +255,7 @@ fn the_library_is_stripped_and_its_symbols_are_in_the_dbgsym_package() {
             "no {symbol} in .dynsym"
         );
     }
-    let notes = run(Command::new("readelf").arg("-n").arg(&so));
-    let build_id = notes
-        .lines()
-        .find_map(|l| l.trim().strip_prefix("Build ID: "))
-        .expect("snowflake.so has a build ID")
-        .trim()
-        .to_string();
+    let build_id = build_id(&so);
 
     let dbgsym = find_deb_of(major, "-dbgsym");
     assert_eq!(field(&dbgsym, "Build-Ids"), build_id);
@@ -709,13 +713,7 @@ fn the_rpm_has_pgdg_s_layout_its_requires_and_fields() {
     for s in [" .symtab ", " .debug_", " .comment "] {
         assert!(!shipped.contains(s), "snowflake.so has {s}:\n{shipped}");
     }
-    let notes = run(Command::new("readelf").arg("-n").arg(&so));
-    let build_id = notes
-        .lines()
-        .find_map(|l| l.trim().strip_prefix("Build ID: "))
-        .expect("snowflake.so has a build ID")
-        .trim()
-        .to_string();
+    let build_id = build_id(&so);
     let debuginfo = find_rpm_of(major, "-debuginfo");
     assert_eq!(
         rpm_query(&debuginfo, &["--requires"])
