@@ -28,6 +28,7 @@
 //! ahead of the new holder's clock those ran.
 
 use crate::layout::{assemble, decompose, Node, MAX_SEQUENCE, MAX_TIMESTAMP};
+use crate::lease::LONGEST_LEASE_MS;
 
 /// How often a running server refreshes its claim.
 pub const REFRESH_MS: u64 = 5_000;
@@ -152,8 +153,9 @@ pub struct LeftPair {
 }
 
 /// The highest ID that another server, live, expired or retired, may have issued on our pair,
-/// whether it holds the pair still or left it (`left`): ours must all be above it. `None` when
-/// no such claim knows of one.
+/// whether it holds the pair still or left it (`left`): ours must all be above it. A claim's
+/// lease counts one renewal past it ([`one_renewal_past`]). `None` when no such claim knows of
+/// one.
 pub fn handover_floor(
     me: i64,
     datacenter: u32,
@@ -179,12 +181,30 @@ pub fn handover_floor(
         .filter(|&id| {
             decompose(id).is_ok_and(|p| p.datacenter == datacenter && p.worker == worker)
         });
-    others_on_our_pair(me, datacenter, worker, claims)
+    let leased = others_on_our_pair(me, datacenter, worker, claims)
         .map(|c| c.lease_id)
-        .chain(left_here)
         .chain(leased_here)
         .filter(|&id| id > 0)
-        .max()
+        .map(one_renewal_past);
+    left_here.filter(|&id| id > 0).chain(leased).max()
+}
+
+/// The highest ID a server may have issued whose claim, as seen here, carries the lease `id`:
+/// one lease length above it. A lease's row and its claim leave in one commit, so a server lost
+/// before its next renewal reached this server (its machine gone, its WAL with it) may have
+/// issued under that renewal, which puts the lease at most `LONGEST_LEASE_MS` above the one seen
+/// while its clock is behind it (its IDs ahead of its clock, on a floor); with its clock ahead,
+/// its IDs are at its clock, which the claim's expiry leaves behind. A pair a server left
+/// (`LeftPair`) needs no margin: it was written after the server stopped issuing there.
+fn one_renewal_past(id: i64) -> i64 {
+    decompose(id).map_or(id, |p| {
+        let node = Node::new(p.datacenter.into(), p.worker.into()).expect("a decomposed pair");
+        assemble(
+            (p.ms + LONGEST_LEASE_MS).min(MAX_TIMESTAMP),
+            node,
+            MAX_SEQUENCE,
+        )
+    })
 }
 
 /// The pairs a server has left, as its claim carries them (`previous`), after a refresh that
@@ -970,6 +990,42 @@ mod tests {
         );
     }
 
+    /// Simulator seed 76941870213800: a server issuing on a floor ahead of its clock renewed its
+    /// lease, and its machine was lost before that renewal's claim left. The pair's next holder
+    /// saw only the lease before: it starts one lease length above it, not one ID above.
+    #[test]
+    fn a_claim_is_a_floor_one_renewal_past_its_lease() {
+        let pair = Node::new(1, 5).unwrap();
+        let seen = assemble(511_337_829_343, pair, MAX_SEQUENCE);
+        // What the lost renewal let it issue: up to one lease length above the lease seen.
+        let issued = assemble(511_337_829_343 + LONGEST_LEASE_MS, pair, MAX_SEQUENCE);
+        let gone = Claim {
+            lease_id: seen,
+            ..claim(8, 1, 5, 1)
+        };
+        let floor = handover_floor(42, 1, 5, &[gone], &[]).unwrap();
+        assert!(floor >= issued, "{floor} is below {issued}");
+        assert_eq!(
+            decompose(floor).unwrap().ms,
+            511_337_829_343 + LONGEST_LEASE_MS
+        );
+        // A pair the server left is exact: it stopped issuing there before it wrote it.
+        let left = LeftPair {
+            system_identifier: 8,
+            last_id: seen,
+        };
+        assert_eq!(handover_floor(42, 1, 5, &[], &[left]), Some(seen));
+        // Near the end of the timestamp range the margin stops at its last millisecond.
+        let late = Claim {
+            lease_id: assemble(MAX_TIMESTAMP - 10, pair, 0),
+            ..claim(8, 1, 5, 1)
+        };
+        assert_eq!(
+            handover_floor(42, 1, 5, &[late], &[]),
+            Some(assemble(MAX_TIMESTAMP, pair, MAX_SEQUENCE))
+        );
+    }
+
     #[test]
     fn a_retired_claim_never_conflicts_but_is_a_floor() {
         let tombstone = Claim {
@@ -994,7 +1050,10 @@ mod tests {
             conflict(42, 1, 5, &claims, |c| c.system_identifier != 8),
             None
         );
-        assert_eq!(handover_floor(42, 1, 5, &claims, &[]), Some(9_000_000));
+        assert_eq!(
+            handover_floor(42, 1, 5, &claims, &[]),
+            Some(one_renewal_past(9_000_000))
+        );
         assert_eq!(handover_floor(42, 2, 5, &claims, &[]), None);
         // A live claim is both: a conflict now, and a floor once it is gone.
         let live = Claim {
@@ -1004,7 +1063,7 @@ mod tests {
         assert!(conflict(42, 1, 5, &[live], ALL_LIVE).is_some());
         assert_eq!(
             handover_floor(42, 1, 5, &[live, tombstone], &[]),
-            Some(12_000_000)
+            Some(one_renewal_past(12_000_000))
         );
         // A row that arrived before its server moved to (1, 5), retired here by the recipe's
         // UPDATE with the last ID it issued there: the ID's own pair counts.
@@ -1014,7 +1073,10 @@ mod tests {
             retired: true,
             ..claim(11, 1, 6, 1)
         };
-        assert_eq!(handover_floor(42, 1, 5, &[stale], &[]), Some(last));
+        assert_eq!(
+            handover_floor(42, 1, 5, &[stale], &[]),
+            Some(one_renewal_past(last))
+        );
         assert_eq!(handover_floor(42, 2, 5, &[stale], &[]), None);
     }
 

@@ -13,8 +13,12 @@
 /// lead must stay within `max_clock_drift`; at most a second, so that one renewal (one WAL flush)
 /// covers many thousands of IDs without a restart leaving IDs far in the future.
 pub fn lease_length_ms(max_drift_ms: u64) -> u64 {
-    (max_drift_ms / 2).clamp(20, 1000)
+    (max_drift_ms / 2).clamp(20, LONGEST_LEASE_MS)
 }
+
+/// The longest lease length, whatever a server's `max_clock_drift`: the most one renewal puts a
+/// lease above the server's previous lease while its clock is behind it.
+pub const LONGEST_LEASE_MS: u64 = 1000;
 
 /// Whether the lease should be renewed now, and to what timestamp (ms since the epoch).
 ///

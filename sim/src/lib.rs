@@ -427,8 +427,9 @@ pub struct World {
     servers: Vec<Server>,
     /// paths[from][to]
     paths: Vec<Vec<Option<Path>>>,
-    /// Every ID issued: by which server, in which lineage, and whether its server was blind then.
-    issued: HashMap<i64, (usize, usize, bool)>,
+    /// Every ID issued: by which server, in which lineage, whether its server was blind then,
+    /// and which servers it was misinformed about then (a bit each, see `misinformed`).
+    issued: HashMap<i64, (usize, usize, bool, u64)>,
     lineage_max: Vec<i64>,
     /// Lineages whose IDs the docs allow to be issued again (a restart after a restore lowered
     /// the mark and the claim together, before the worker looked).
@@ -822,7 +823,12 @@ impl World {
         }
         self.lineage_max[lineage] = id;
         self.servers[i].last_issued_at = Some(self.t);
-        if let Some(&(first, other, was_blind)) = self.issued.get(&id) {
+        let misinformed_now = self
+            .misinformed
+            .iter()
+            .filter(|&&(at, _)| at == i)
+            .fold(0u64, |bits, &(_, k)| bits | 1 << k);
+        if let Some(&(first, other, was_blind, first_misinformed)) = self.issued.get(&id) {
             // Either could not know of the other (the earlier one may resume after its claim
             // expired at the later one: a worker stalled for the expiry, with no path to see
             // the later one's claim).
@@ -834,6 +840,9 @@ impl World {
                 || self.copies.contains(&lineage)
                 || self.tainted.contains(&other)
                 || self.misinformed.contains(&(i, first))
+                // The first issued it while a restore had removed or aged the second's live
+                // claim at its server (the docs: "a live server's until its next refresh").
+                || first_misinformed & (1 << i) != 0
                 || (first != i
                     && self.rewound.iter().any(|&(l, max)| {
                         l == other
@@ -854,7 +863,7 @@ impl World {
                 });
             }
         }
-        self.issued.insert(id, (i, lineage, blind));
+        self.issued.insert(id, (i, lineage, blind, misinformed_now));
         Ok(())
     }
 
@@ -2008,6 +2017,82 @@ mod tests {
         let w = world(2, &events);
         assert_eq!(w.servers[1].epoch, EPOCHS[1]);
         assert_eq!(w.servers[1].db.mark_epoch, Some(EPOCHS[1]));
+    }
+
+    /// Seed 76941870213800, shrunk: server 1 issues on a floor two days ahead of its clock (a
+    /// recovery's remedy), renews its lease, and its machine is overwritten by a copy of server
+    /// 0 before that renewal's claim leaves. Server 0 takes the pair after the expiry: it
+    /// continues one lease length above the claim it saw, above what the renewal let 1 issue.
+    #[test]
+    fn a_pair_taken_from_a_server_lost_before_its_last_renewal_left_repeats_nothing() {
+        let knobs = schedule(76941870213800).0;
+        let events = [
+            Ev::Step(1, 172_800_000),
+            Ev::Advance(3_000),
+            Ev::Call(1, 0),
+            Ev::Tick(1),
+            Ev::Flush(1),
+            Ev::Advance(3_000),
+            Ev::Tick(0),
+            Ev::Advance(50),
+            Ev::Step(1, -172_800_000),
+            Ev::Rewind(1, 20),
+            Ev::Advance(3_000),
+            Ev::Advance(3_000),
+            Ev::Tick(1),
+            Ev::Flush(1),
+            Ev::Tick(1),
+            Ev::Call(1, 0),
+            Ev::Clone(0, 1, 1),
+            Ev::Move(0, 1),
+        ];
+        let (result, _, _) = run(knobs, &events);
+        assert!(result.is_ok(), "{result:?}");
+    }
+
+    /// Seed 76941870168454, shrunk: servers 0 and 1 end on one pair; 0 refuses, seeing 1's
+    /// claim, until a `--clean` restore of its own `_snowflake` removes that claim there. It
+    /// then issues before 1's next refresh arrives: the docs' limit of such a restore ("a live
+    /// server's [claim] until its next refresh"), which the world excuses.
+    #[test]
+    fn a_clean_restore_that_removes_a_live_peers_claim_is_the_docs_limit() {
+        let knobs = schedule(76941870168454).0;
+        let events = [
+            Ev::Call(1, 2),
+            Ev::Advance(400),
+            Ev::Tick(1),
+            Ev::Flush(1),
+            Ev::Setval(1, 600_000),
+            Ev::Tick(0),
+            Ev::CopyDump(1, 0),
+            Ev::Rewind(0, 1),
+            Ev::Move(1, 4),
+            Ev::Tick(0),
+            Ev::Advance(50),
+            Ev::Advance(3_000),
+            Ev::Tick(1),
+            Ev::Rewind(1, 0),
+            Ev::Advance(3),
+            Ev::Tick(1),
+            Ev::Move(0, 4),
+            Ev::Advance(3),
+            Ev::Advance(400),
+            Ev::Tick(0),
+            Ev::Advance(3_000),
+            Ev::Flush(0),
+            Ev::RestoreOwn(0, 43),
+            Ev::Tick(0),
+            Ev::Call(0, 1),
+            Ev::Tick(0),
+            Ev::Call(0, 0),
+        ];
+        let mut w = World::new(knobs);
+        for &ev in &events[..23] {
+            w.step(ev).expect("no invariant broken before the restore");
+        }
+        assert!(w.misinformed.contains(&(0, 1)), "1's claim is gone at 0");
+        let (result, _, _) = run(knobs, &events);
+        assert!(result.is_ok(), "{result:?}");
     }
 
     #[test]
