@@ -263,6 +263,16 @@ struct Row {
     left_pairs: Vec<i64>,
 }
 
+impl Row {
+    /// Whether this row tells at least what `now` tells of its server: a lease as high, a
+    /// tombstone kept, every pair left.
+    fn same_or_newer_than(&self, now: &Row) -> bool {
+        self.claim.lease_id >= now.claim.lease_id
+            && (self.claim.retired || !now.claim.retired)
+            && merge_left_pairs(&self.left_pairs, &now.left_pairs) == self.left_pairs
+    }
+}
+
 /// A server's `_snowflake`, as committed.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 struct Db {
@@ -443,6 +453,12 @@ pub struct World {
     /// row of it arrives there (named in the docs: re-run the retire's UPDATE after such a
     /// restore).
     misinformed: HashSet<(usize, usize)>,
+    /// Identities gone unretired (a machine overwritten by `Ev::Clone`): a system identifier no
+    /// server has any more, and the lineages it had.
+    gone: Vec<(i64, Vec<usize>)>,
+    /// (server, lineage): as `misinformed`, for a gone identity's claim, until a newer row of it
+    /// arrives there (one still on its way).
+    misinformed_gone: HashSet<(usize, usize)>,
     /// The lineages of physical copies (`Ev::Clone`).
     copies: HashSet<usize>,
     version: i64,
@@ -530,6 +546,8 @@ impl World {
             tainted: HashSet::new(),
             rewound: Vec::new(),
             misinformed: HashSet::new(),
+            gone: Vec::new(),
+            misinformed_gone: HashSet::new(),
             copies: HashSet::new(),
             version: 1,
             pids: 10_000,
@@ -622,6 +640,15 @@ impl World {
                     if !relayed {
                         for p in self.paths[to].iter_mut().flatten().filter(|p| p.relays) {
                             p.queue.push_back((due, row.clone(), true));
+                        }
+                    }
+                    if let Some((_, lives)) = self
+                        .gone
+                        .iter()
+                        .find(|g| g.0 == row.claim.system_identifier)
+                    {
+                        for l in lives {
+                            self.misinformed_gone.remove(&(to, *l));
                         }
                     }
                     row.claim.version = self.next_version();
@@ -843,6 +870,8 @@ impl World {
                 // The first issued it while a restore had removed or aged the second's live
                 // claim at its server (the docs: "a live server's until its next refresh").
                 || first_misinformed & (1 << i) != 0
+                // The first was an identity gone since, whose claim a restore aged here.
+                || self.misinformed_gone.contains(&(i, other))
                 || (first != i
                     && self.rewound.iter().any(|&(l, max)| {
                         l == other
@@ -1246,8 +1275,18 @@ impl World {
     }
 
     /// A restore puts `db` in place of server `b`'s `_snowflake`: notes every other server whose
-    /// claim there it made older.
+    /// claim there it made older, and every gone identity's.
     fn note_restored_claims(&mut self, b: usize, db: &Db) {
+        for (sysid, lives) in &self.gone {
+            if let Some(now) = self.servers[b].db.row(*sysid) {
+                if db
+                    .row(*sysid)
+                    .is_none_or(|then| !then.same_or_newer_than(now))
+                {
+                    self.misinformed_gone.extend(lives.iter().map(|&l| (b, l)));
+                }
+            }
+        }
         for k in 0..self.servers.len() {
             let sysid = self.servers[k].sysid;
             if k == b {
@@ -1256,11 +1295,9 @@ impl World {
             let Some(now) = self.servers[b].db.row(sysid) else {
                 continue;
             };
-            let older = db.row(sysid).is_none_or(|then| {
-                then.claim.lease_id < now.claim.lease_id
-                    || (now.claim.retired && !then.claim.retired)
-                    || merge_left_pairs(&then.left_pairs, &now.left_pairs) != then.left_pairs
-            });
+            let older = db
+                .row(sysid)
+                .is_none_or(|then| !then.same_or_newer_than(now));
             if older {
                 self.misinformed.insert((b, k));
             }
@@ -1305,6 +1342,10 @@ impl World {
         let mark_floor_ms = if whole { src.mark_floor_ms } else { 0 };
         // The second server's own identity ends here, unretired: its claim stays where it
         // arrived, as a server's that died.
+        let (old_sysid, old_lives) = (self.servers[b].sysid, self.servers[b].lives.clone());
+        if !(0..self.servers.len()).any(|k| k != b && self.servers[k].sysid == old_sysid) {
+            self.gone.push((old_sysid, old_lives));
+        }
         self.crash(b);
         let lineage = self.lineage_max.len();
         self.lineage_max.push(inherited);
@@ -2091,6 +2132,54 @@ mod tests {
             w.step(ev).expect("no invariant broken before the restore");
         }
         assert!(w.misinformed.contains(&(0, 1)), "1's claim is gone at 0");
+        let (result, _, _) = run(knobs, &events);
+        assert!(result.is_ok(), "{result:?}");
+    }
+
+    /// Seed 106498791905104, shrunk: server 0 issues on (0, 0), then its machine is overwritten
+    /// by a copy of server 1 (its identity gone, unretired), and a dump of the copy's
+    /// `_snowflake` is restored into server 1, putting back server 0's claim as old as the dump.
+    /// Server 1 moves to (0, 0) and repeats server 0's IDs: the docs' limit of restoring
+    /// `_snowflake` (the claims as old as the dump), which the world excuses for an identity
+    /// gone as for a running server.
+    #[test]
+    fn a_restore_that_ages_a_gone_servers_claim_is_the_docs_limit() {
+        let knobs = schedule(106498791905104).0;
+        let events = [
+            Ev::Call(0, 1),
+            Ev::Call(1, 1),
+            Ev::Advance(10),
+            Ev::Tick(0),
+            Ev::Step(1, 172_800_000),
+            Ev::Advance(400),
+            Ev::Tick(1),
+            Ev::Flush(1),
+            Ev::CopyDump(1, 0),
+            Ev::Flush(0),
+            Ev::Advance(3_000),
+            Ev::Rewind(0, 1),
+            Ev::Advance(1),
+            Ev::Tick(0),
+            Ev::Flush(0),
+            Ev::Tick(1),
+            Ev::Tick(0),
+            Ev::Call(0, 1),
+            Ev::Advance(3_000),
+            Ev::Clone(1, 0, 5),
+            Ev::CopyDump(0, 1),
+            Ev::Tick(1),
+            Ev::Tick(0),
+            Ev::Advance(50),
+            Ev::Move(1, 0),
+        ];
+        let mut w = World::new(knobs);
+        for &ev in &events[..21] {
+            w.step(ev).expect("no invariant broken before the move");
+        }
+        assert!(
+            w.misinformed_gone.contains(&(1, 0)),
+            "0's first life aged at 1"
+        );
         let (result, _, _) = run(knobs, &events);
         assert!(result.is_ok(), "{result:?}");
     }
