@@ -614,7 +614,9 @@ impl World {
                 let t = self.t;
                 let mut arrived = Vec::new();
                 if let Some(p) = self.paths[from][to].as_mut() {
-                    if p.stalled {
+                    // A subscriber that is down applies nothing: the publisher's slot keeps the
+                    // rows for its start, after the first keepalive.
+                    if p.stalled || !self.servers[to].up {
                         continue;
                     }
                     if up {
