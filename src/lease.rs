@@ -741,7 +741,7 @@ pub extern "C-unwind" fn snowflake_lease_worker_main(_arg: pg_sys::Datum) {
                             waiting.join(", ")
                         ),
                         Some(format!(
-                            "After a start, IDs wait until each subscription that carries the claims here has applied its publisher's end of WAL, asked of the publisher; for {} s none of these moved towards it (its publisher down or unreachable, or its apply worker not applying).",
+                            "After a start, IDs wait until each subscription that carries the claims here has applied its publisher's end of WAL, asked of the publisher; for {} s none of these moved towards it (its publisher down or unreachable, still decoding one large transaction, or its apply worker not applying).",
                             crate::core::fleet::CATCH_UP_LIMIT_MS / 1000
                         )),
                         Some(GATE_HINT),

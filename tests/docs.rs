@@ -586,6 +586,9 @@ fn the_quick_start_works_as_written_on_a_debian_style_cluster() {
     c.start();
     quick_start_on(&c);
     assert_eq!(c.sql("SHOW shared_preload_libraries"), "plpgsql, snowflake");
+    // Run again (another pair, or a DBA unsure it ran): the library is listed once.
+    configure(&c);
+    assert_eq!(c.sql("SHOW shared_preload_libraries"), "plpgsql, snowflake");
     let written = fs::read_to_string(c.conf_dir.join("conf.d/snowflake.conf")).unwrap();
     assert!(written.contains("snowflake.worker_id = 7"), "{written}");
     let main = fs::read_to_string(c.conf_dir.join("postgresql.conf")).unwrap();
@@ -597,7 +600,8 @@ fn the_quick_start_works_as_written_on_a_debian_style_cluster() {
     );
 }
 
-fn quick_start_on(c: &Cluster) {
+/// The Quick start's shell block, run as written against `c`; what it printed.
+fn configure(c: &Cluster) -> String {
     let out = fs::File::create(c.dir.join("quick-start.out")).unwrap();
     let path = format!("{}:{}", bindir().display(), std::env::var("PATH").unwrap());
     // Output to a file, not a pipe: the restarted server keeps it open.
@@ -618,6 +622,11 @@ fn quick_start_on(c: &Cluster) {
         status.success(),
         "the Quick start's configuration failed:\n{printed}"
     );
+    printed
+}
+
+fn quick_start_on(c: &Cluster) {
+    let printed = configure(c);
     // The check printed no file that overrides the recipe's lines, and the restart sent no
     // server log to the calling shell: the restarted server logs to the cluster's log file
     // (Debian's) or to the one the recipe gives pg_ctl.
