@@ -106,19 +106,10 @@ MUTANTS = [
      "test no_lease_while_the_clock_is_further_behind_than_the_drift_allows pins the rule"),
     ("open the start's gate at a path's first report (the slot's start on 15)", [("fleet.rs",
      "            if applying && g.target.is_some_and(|t| r.end_lsn.is_some_and(|e| e >= t)) {",
-     "            if applying && r.end_lsn.is_some() {")],
-     "not reached within the budget: it needs a server's start while the path from the new holder "
-     "of its pair still carries that claim behind the first keepalive; core::fleet's test "
-     "a_path_catches_up_once_a_keepalive_reaches_the_end_its_publisher_gave and the SQL suite's "
-     "a_server_back_after_its_pair_was_taken_issues_nothing_before_fresh_claims (24 IDs issued "
-     "with this mutant on 15) pin the rule"),
+     "            if applying && r.end_lsn.is_some() {")], None),
     ("open the start's gate without proof once no path moved for the limit", [("worker.rs",
      "            (!std::mem::replace(&mut self.stall_said, true)).then(|| GateEnd::Stalled {",
-     "            self.gated = false;\n            (!std::mem::replace(&mut self.stall_said, true)).then(|| GateEnd::Stalled {")],
-     "not reached within the budget (random runs found it: with it, the regression seeds "
-     "173021262772905 and 173021262878606 break); core::worker's test "
-     "the_gate_stays_closed_without_proof_and_says_so_once and the SQL suite's "
-     "a_server_back_after_its_pair_was_taken_issues_nothing_before_fresh_claims pin the rule"),
+     "            self.gated = false;\n            (!std::mem::replace(&mut self.stall_said, true)).then(|| GateEnd::Stalled {")], None),
     ("take a claim's lease as a floor only for the pair its row names", [("fleet.rs",
      "        .chain(leased_here)\n",
      "        .chain(leased_here.filter(|_| false))\n")],
