@@ -135,6 +135,13 @@ MUTANTS = [
     ("a lowered mark is not written back", [("worker.rs",
      "            Some(f) if f.lowered => Some(own),",
      "            Some(f) if f.lowered => None,")], None),
+    ("take a gone server's claim as the floor without one renewal past it", [("fleet.rs",
+     "        .map(one_renewal_past);",
+     "        .map(|id| id);")],
+     "not reached within the budget (found by a 30-minute run: with it the regression seed "
+     "76941870213800 breaks): it needs a server issuing on a floor ahead of its clock, lost with "
+     "its last renewal's WAL, and its pair taken; core::fleet's test "
+     "a_claim_is_a_floor_one_renewal_past_its_lease pins the rule"),
     ("the lease bound lets one more millisecond through", [("generator.rs",
      "        if ms > self.lease_ms {",
      "        if ms > self.lease_ms.saturating_add(1) {")], None),
