@@ -456,6 +456,9 @@ pub struct World {
     /// row of it arrives there (named in the docs: re-run the retire's UPDATE after such a
     /// restore).
     misinformed: HashSet<(usize, usize)>,
+    /// Entries of `misinformed` whose newer row has arrived, until the first server's worker
+    /// looks at the claims (its next refresh): it refuses only from then on.
+    misinformed_arrived: HashSet<(usize, usize)>,
     /// Identities gone unretired (a machine overwritten by `Ev::Clone`): a system identifier no
     /// server has any more, and the lineages it had.
     gone: Vec<(i64, Vec<usize>)>,
@@ -550,6 +553,7 @@ impl World {
             tainted: HashSet::new(),
             rewound: Vec::new(),
             misinformed: HashSet::new(),
+            misinformed_arrived: HashSet::new(),
             gone: Vec::new(),
             misinformed_gone: HashSet::new(),
             copies: HashSet::new(),
@@ -638,8 +642,10 @@ impl World {
                         arrived.push((row, relayed));
                     }
                 }
-                if arrived.iter().any(|(_, relayed)| !relayed) {
-                    self.misinformed.remove(&(to, from));
+                if arrived.iter().any(|(_, relayed)| !relayed)
+                    && self.misinformed.contains(&(to, from))
+                {
+                    self.misinformed_arrived.insert((to, from));
                 }
                 let due = t + self.knobs.lag_ms;
                 for (mut row, relayed) in arrived {
@@ -1033,7 +1039,10 @@ impl World {
                 Todo::Renew => {
                     // The hand-over floor is read now: a restore that put back older claims
                     // here (see `misinformed`) leaves it low for this lease.
-                    let blind = self.blind(i) || self.misinformed.iter().any(|&(at, _)| at == i);
+                    let blind = self.blind(i)
+                        || self.misinformed.iter().any(|&(at, k)| {
+                            at == i && !self.misinformed_arrived.contains(&(at, k))
+                        });
                     let s = &mut self.servers[i];
                     s.read_mark();
                     let w = s.worker.as_mut().expect("a worker");
@@ -1060,6 +1069,17 @@ impl World {
     }
 
     fn refresh(&mut self, i: usize, mono: u64, wall: i64, settings: &Settings) {
+        // This look sees the rows that arrived since a restore aged them here.
+        let seen: Vec<(usize, usize)> = self
+            .misinformed_arrived
+            .iter()
+            .copied()
+            .filter(|&(at, _)| at == i)
+            .collect();
+        for e in seen {
+            self.misinformed_arrived.remove(&e);
+            self.misinformed.remove(&e);
+        }
         // The look at the mark, in its own transaction.
         let s = &mut self.servers[i];
         s.read_mark();
@@ -1328,6 +1348,7 @@ impl World {
                 .is_none_or(|then| !then.same_or_newer_than(now));
             if older {
                 self.misinformed.insert((b, k));
+                self.misinformed_arrived.remove(&(b, k));
             }
         }
     }
