@@ -76,7 +76,7 @@ fn snowflake_guard<'a>(
             )
         }
         let rel_name = name_text(CStr::from_ptr((*(*rel).rd_rel).relname.data.as_ptr()).to_bytes());
-        let attnum = find_column(desc, &column).unwrap_or_else(|| {
+        let attnum = find_column(desc, &column, &rel_name).unwrap_or_else(|| {
             errors::raise(
                 PgSqlErrorCode::ERRCODE_UNDEFINED_COLUMN,
                 format!(
@@ -133,11 +133,14 @@ extension_sql!(
     requires = [snowflake_guard]
 );
 
-/// The 1-based number of the live column whose name is `name`, byte for byte.
+/// The 1-based number of the live column whose name is `name`, byte for byte. Errors if it is
+/// not `bigint`, or if it is generated: a BEFORE trigger sees a generated column as NULL (a
+/// stored one is computed after it, a virtual one on read), and NULL would pass every time. It
+/// is checked here, at every row, since the column may be altered after the trigger is made.
 ///
 /// # Safety
 /// `desc` is a valid tuple descriptor.
-unsafe fn find_column(desc: pg_sys::TupleDesc, name: &[u8]) -> Option<i32> {
+unsafe fn find_column(desc: pg_sys::TupleDesc, name: &[u8], rel_name: &str) -> Option<i32> {
     unsafe {
         (0..(*desc).natts).find_map(|i| {
             let att = tuple_desc_attr(desc, i);
@@ -152,6 +155,18 @@ unsafe fn find_column(desc: pg_sys::TupleDesc, name: &[u8]) -> Option<i32> {
                         ),
                         None,
                         Some("Name the table's bigint key column in the trigger's argument."),
+                    )
+                }
+                if (*att).attgenerated != 0 {
+                    let kind = if (*att).attgenerated as u8 == b's' { "stored" } else { "virtual" };
+                    errors::raise(
+                        PgSqlErrorCode::ERRCODE_INVALID_OBJECT_DEFINITION,
+                        format!(
+                            "snowflake_guard() cannot check generated column \"{}\" of relation \"{rel_name}\"",
+                            name_text(name)
+                        ),
+                        Some(format!("Column \"{}\" is a {kind} generated column: a BEFORE trigger sees it as NULL, so no ID in it would be checked.", name_text(name))),
+                        Some("Guard the column the key is computed from instead, or make the key a plain column with DEFAULT snowflake_nextval()."),
                     )
                 }
                 i + 1

@@ -337,6 +337,81 @@ fn partitions_encodings_and_misuse() {
     }
 }
 
+/// A generated key column (issue 58): a BEFORE trigger sees it as NULL, and NULL passed, so an ID
+/// 5 s ahead on this server's pair went in through `x`. The guard now refuses to run on one
+/// (42P17), in both modes, at every row: also where the column became generated after the
+/// trigger was made. STORED on every major; VIRTUAL too where the server has it (18+).
+#[test]
+fn a_generated_key_column_is_refused() {
+    let c = guarded("guard-generated", "");
+    let major = c.sql_i64("SELECT current_setting('server_version_num')::int / 10000");
+    let ahead = "snowflake_compose(now() + interval '5 s', 1, 2, 0)";
+    let mut kinds = vec!["STORED"];
+    if major >= 18 {
+        kinds.push("VIRTUAL");
+    }
+    let refused = |table: &str, kind: &str, sql: &str| {
+        let e = app_err(&c, sql);
+        assert_eq!(e.sqlstate, "42P17", "{sql}: {}", e.raw);
+        assert!(
+            e.message.contains(&format!(
+                "snowflake_guard() cannot check generated column \"id\" of relation \"{table}\""
+            )),
+            "{sql}: {}",
+            e.raw
+        );
+        assert!(
+            e.detail.contains(&format!(
+                "is a {} generated column: a BEFORE trigger sees it as NULL",
+                kind.to_lowercase()
+            )),
+            "{}",
+            e.raw
+        );
+        assert!(
+            e.hint
+                .contains("Guard the column the key is computed from instead"),
+            "{}",
+            e.raw
+        );
+    };
+    for kind in &kinds {
+        for (n, args) in ["'id'", "'id', 'always'"].into_iter().enumerate() {
+            let t = format!("gen_{}_{n}", kind.to_lowercase());
+            as_app(
+                &c,
+                &format!(
+                    "CREATE TABLE {t} (x bigint, id bigint GENERATED ALWAYS AS (x) {kind}); \
+                     CREATE TRIGGER g BEFORE INSERT OR UPDATE ON {t} \
+                         FOR EACH ROW EXECUTE FUNCTION snowflake_guard({args})"
+                ),
+            );
+            // The issue's row, and any row at all: the guard cannot check the column.
+            refused(&t, kind, &format!("INSERT INTO {t} (x) VALUES ({ahead})"));
+            refused(&t, kind, &format!("INSERT INTO {t} (x) VALUES (NULL)"));
+            refused(
+                &t,
+                kind,
+                &format!("INSERT INTO {t} (x) SELECT snowflake_nextval()"),
+            );
+            assert_eq!(as_app(&c, &format!("SELECT count(*) FROM {t}")), "0");
+        }
+    }
+    // A trigger made while the key was plain, then the key made generated.
+    as_app(
+        &c,
+        "CREATE TABLE later (x bigint, id bigint DEFAULT snowflake_nextval()); \
+         CREATE TRIGGER g BEFORE INSERT ON later FOR EACH ROW EXECUTE FUNCTION snowflake_guard('id'); \
+         INSERT INTO later (x) VALUES (1); \
+         ALTER TABLE later DROP COLUMN id, ADD COLUMN id bigint GENERATED ALWAYS AS (x) STORED",
+    );
+    refused(
+        "later",
+        "STORED",
+        &format!("INSERT INTO later (x) VALUES ({ahead})"),
+    );
+}
+
 /// The docs' way to bring rows in with their IDs: the floor first (the raise-mark recipe with
 /// the newest row's time), then the rows, into the guarded table.
 #[test]
