@@ -161,7 +161,10 @@ fn define_claim_setting() {
             &raw mut FLEET_CLAIM,
             c"".as_ptr(),
             pg_sys::GucContext::PGC_INTERNAL,
-            (pg_sys::GUC_NOT_IN_SAMPLE | pg_sys::GUC_DISALLOW_IN_FILE) as i32,
+            // Shown to superusers and pg_read_all_settings (so pg_monitor) only: it holds the
+            // system identifier, which snowflake_node() shows to those only (docs/security.md).
+            (pg_sys::GUC_NOT_IN_SAMPLE | pg_sys::GUC_DISALLOW_IN_FILE | pg_sys::GUC_SUPERUSER_ONLY)
+                as i32,
             None,
             None,
             Some(show_claim),

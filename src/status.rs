@@ -8,7 +8,7 @@ use crate::core::time::{unix_ms_to_pg_timestamp, Clock, SystemClock};
 use crate::errors;
 use crate::generator::{self, DatabaseTrust, PairState, GENERATOR};
 use pgrx::prelude::*;
-use pgrx::PgSqlErrorCode;
+use pgrx::{pg_sys, PgSqlErrorCode};
 
 fn timestamp(ms_since_epoch: u64) -> Option<TimestampWithTimeZone> {
     if ms_since_epoch > MAX_TIMESTAMP {
@@ -18,7 +18,25 @@ fn timestamp(ms_since_epoch: u64) -> Option<TimestampWithTimeZone> {
         .ok()
 }
 
-/// This server's identity and the generator's position against the wall clock.
+/// Whether the current role may see what identifies this server and its surroundings (the
+/// disclosure rule of docs/security.md, "Status queries"): superusers and roles with the
+/// privileges of `pg_monitor`, who may run `snowflake_health()`, which names the same facts.
+/// `has_privs_of_role`, as PostgreSQL's own checks for its predefined roles: a member that does
+/// not inherit `pg_monitor`'s privileges sees them after `SET ROLE pg_monitor` only.
+pub fn sees_server() -> bool {
+    // SAFETY: a role-cache lookup for the current user.
+    unsafe {
+        pg_sys::has_privs_of_role(
+            pg_sys::GetUserId(),
+            pg_sys::Oid::from(pg_sys::ROLE_PG_MONITOR),
+        )
+    }
+}
+
+/// This server's identity and the generator's position against the wall clock. Any role sees
+/// the pair, the settings and the generator's position; the system identifier, the claim
+/// conflict's other server and the lease database's owner and trust are NULL for a role that
+/// [`sees_server`] refuses.
 #[pg_extern(volatile, parallel_safe)]
 #[allow(clippy::type_complexity)]
 fn snowflake_node() -> TableIterator<
@@ -32,7 +50,7 @@ fn snowflake_node() -> TableIterator<
         name!(lead_ms, i64),
         name!(lease_until, Option<TimestampWithTimeZone>),
         name!(lease_worker_pid, Option<i32>),
-        name!(system_identifier, i64),
+        name!(system_identifier, Option<i64>),
         name!(claim_conflict_with, Option<i64>),
         name!(claim_conflict_seen, Option<TimestampWithTimeZone>),
         name!(pair_set, bool),
@@ -47,6 +65,7 @@ fn snowflake_node() -> TableIterator<
     let node = crate::core::layout::Node::from_bits(shared.node_bits);
     let issued_any = shared.state.issued_any();
     let conflict = shared.conflict();
+    let monitor = sees_server();
     TableIterator::once((
         node.datacenter() as i32,
         node.worker() as i32,
@@ -68,13 +87,21 @@ fn snowflake_node() -> TableIterator<
             _ => None,
         },
         (shared.worker_pid != 0 && shared.worker_latch != 0).then_some(shared.worker_pid),
-        crate::fleet::system_identifier(),
-        conflict.map(|c| c.system_identifier),
-        conflict.as_ref().and_then(crate::fleet::last_seen),
+        monitor.then(crate::fleet::system_identifier),
+        conflict.filter(|_| monitor).map(|c| c.system_identifier),
+        conflict
+            .as_ref()
+            .filter(|_| monitor)
+            .and_then(crate::fleet::last_seen),
         config::pair_set() || config::pair_source().from_citus(),
-        shared.database_owner.get().map(|(_, owner)| owner),
+        shared
+            .database_owner
+            .get()
+            .filter(|_| monitor)
+            .map(|(_, owner)| owner),
         match shared.database_trust {
             DatabaseTrust::Unknown => None,
+            _ if !monitor => None,
             trust => Some(trust == DatabaseTrust::Superuser),
         },
         pair_source(shared.pair),
@@ -112,7 +139,7 @@ fn snowflake_node_1_5() -> TableIterator<
         name!(lead_ms, i64),
         name!(lease_until, Option<TimestampWithTimeZone>),
         name!(lease_worker_pid, Option<i32>),
-        name!(system_identifier, i64),
+        name!(system_identifier, Option<i64>),
         name!(claim_conflict_with, Option<i64>),
         name!(claim_conflict_seen, Option<TimestampWithTimeZone>),
         name!(pair_set, bool),
@@ -165,7 +192,7 @@ fn snowflake_node_1_4() -> TableIterator<
         name!(lead_ms, i64),
         name!(lease_until, Option<TimestampWithTimeZone>),
         name!(lease_worker_pid, Option<i32>),
-        name!(system_identifier, i64),
+        name!(system_identifier, Option<i64>),
         name!(claim_conflict_with, Option<i64>),
         name!(claim_conflict_seen, Option<TimestampWithTimeZone>),
     ),
