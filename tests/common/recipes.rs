@@ -209,10 +209,15 @@ pub fn called_functions(recipe: &str) -> Vec<(String, usize)> {
 /// The operators a recipe uses (of those SQL writes between values).
 pub fn used_operators(recipe: &str) -> Vec<String> {
     let ops = [
-        "<<", ">>", "||", "<>", "<=", ">=", "|", "=", "<", ">", "+", "-", "*", "/", "%", "&",
+        "<<", ">>", "||", "<>", "<=", ">=", "!~", "|", "=", "<", ">", "+", "-", "*", "/", "%", "&",
+        "~",
     ];
     let mut text = recipe.to_string();
     let mut found = Vec::new();
+    // LIKE is the operator ~~.
+    if text.to_ascii_uppercase().contains(" LIKE ") {
+        found.push("~~".to_string());
+    }
     for op in ops {
         if text.contains(op) {
             found.push(op.to_string());
@@ -238,6 +243,11 @@ pub fn named_tables(recipe: &str) -> Vec<String> {
             v
         })
 }
+
+/// What every stand-in says (a WARNING, which reaches the caller's stderr even when its statement
+/// is rolled back) when it runs, before it tries to make its planter a superuser: the harness
+/// fails on it whoever ran it, a superuser or a monitoring role.
+pub const TRAP_RAN: &str = "snowflake-test trap planted by";
 
 /// Argument types the stand-ins are made for.
 const TRAP_TYPES: &[&str] = &[
@@ -286,7 +296,8 @@ pub fn recipe_traps(recipes: &[&str], schema: &str, role: &str) -> String {
     format!(
         r#"
 CREATE FUNCTION {escalate}() RETURNS boolean LANGUAGE plpgsql AS $e$
-  BEGIN ALTER ROLE {role} SUPERUSER; RETURN true; EXCEPTION WHEN OTHERS THEN RETURN true; END $e$;
+  BEGIN RAISE WARNING '{TRAP_RAN} {role} ran as %', current_user;
+  ALTER ROLE {role} SUPERUSER; RETURN true; EXCEPTION WHEN OTHERS THEN RETURN true; END $e$;
 GRANT EXECUTE ON FUNCTION {escalate}() TO PUBLIC;
 DO $plant$
 DECLARE
@@ -324,6 +335,13 @@ BEGIN
                         pg_catalog.array_to_string(pg_catalog.array_fill(t, ARRAY[f.arity]), ', '), t,
                         'SELECT {escalate}(); SELECT $1');
                 END IF;
+                n := n OPERATOR(pg_catalog.+) 1;
+            EXCEPTION WHEN OTHERS THEN NULL;
+            END;
+            -- And a variadic one of each type, which any arity of one or more may match.
+            BEGIN
+                EXECUTE pg_catalog.format('CREATE FUNCTION %I.%I(VARIADIC %s[]) RETURNS %s LANGUAGE sql AS %L',
+                    '{schema}', f.name, t, t, 'SELECT {escalate}(); SELECT $1[1]');
                 n := n OPERATOR(pg_catalog.+) 1;
             EXCEPTION WHEN OTHERS THEN NULL;
             END;
@@ -365,7 +383,8 @@ pub fn table_traps(tables: &[String], schema: &str, role: &str) -> String {
     // function that is not VOLATILE, but not in one it calls.)
     let mut sql = format!(
         "CREATE FUNCTION {schema}.table_escalate_{role}() RETURNS boolean LANGUAGE plpgsql AS $t$
-           BEGIN ALTER ROLE {role} SUPERUSER; RETURN true; EXCEPTION WHEN OTHERS THEN RETURN true; END $t$;
+           BEGIN RAISE WARNING '{TRAP_RAN} {role} ran as %', current_user;
+           ALTER ROLE {role} SUPERUSER; RETURN true; EXCEPTION WHEN OTHERS THEN RETURN true; END $t$;
          CREATE FUNCTION {schema}.table_trap_{role}() RETURNS boolean LANGUAGE sql IMMUTABLE
            AS 'SELECT {schema}.table_escalate_{role}()';
          CREATE FUNCTION {schema}.table_trap_{role}_int() RETURNS bigint LANGUAGE sql IMMUTABLE
@@ -403,4 +422,131 @@ pub fn recipes_run_by(test_file: &str) -> Vec<String> {
     }
     names.sort();
     names
+}
+
+/// A fenced block of the documents: where it is, its language (`sh`, `sql`, or empty), the
+/// recipe its marker names (the last line before the fence that is not blank), and its text.
+#[derive(Clone, Debug)]
+pub struct DocBlock {
+    pub file: String,
+    pub line: usize,
+    pub lang: String,
+    pub recipe: Option<String>,
+    pub body: String,
+}
+
+/// Every fenced block of README.md and docs/, in the documents' order.
+pub fn doc_blocks() -> Vec<DocBlock> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    doc_files()
+        .iter()
+        .flat_map(|p| {
+            let name = p.strip_prefix(root).unwrap().display().to_string();
+            blocks_of(&name, &fs::read_to_string(p).unwrap())
+        })
+        .collect()
+}
+
+/// The fenced blocks of one document's `text` (see [`DocBlock`]).
+pub fn blocks_of(file: &str, text: &str) -> Vec<DocBlock> {
+    let mut blocks = Vec::new();
+    let mut prev: Option<&str> = None;
+    let mut open: Option<(usize, String, String, Option<String>, Vec<&str>)> = None;
+    for (i, line) in text.lines().enumerate() {
+        let trimmed = line.trim_start();
+        if let Some((start, indent, lang, recipe, mut body)) = open.take() {
+            if line == format!("{indent}```") {
+                blocks.push(DocBlock {
+                    file: file.to_string(),
+                    line: start,
+                    lang,
+                    recipe,
+                    body: body.join("\n"),
+                });
+                prev = None;
+            } else {
+                body.push(line.strip_prefix(indent.as_str()).unwrap_or(line));
+                open = Some((start, indent, lang, recipe, body));
+            }
+            continue;
+        }
+        if let Some(lang) = trimmed.strip_prefix("```") {
+            let indent = line[..line.len() - trimmed.len()].to_string();
+            let recipe = prev
+                .and_then(|p| p.trim().strip_prefix("<!-- recipe: "))
+                .and_then(|r| r.split_whitespace().next())
+                .map(str::to_string);
+            open = Some((i + 1, indent, lang.trim().to_string(), recipe, Vec::new()));
+        } else if !trimmed.is_empty() {
+            prev = Some(line);
+        }
+    }
+    blocks
+}
+
+/// A block's text without its comments (SQL's `--` and a shell's `#` at a word's start),
+/// for finding what it calls rather than what it explains.
+pub fn without_comments(block: &DocBlock) -> String {
+    let mark = if block.lang == "sql" { "--" } else { "#" };
+    block
+        .body
+        .lines()
+        .map(|l| {
+            let cut = l
+                .match_indices(mark)
+                .find(|(i, _)| mark == "--" || *i == 0 || l.as_bytes()[i - 1] == b' ')
+                .map_or(l.len(), |(i, _)| i);
+            &l[..cut]
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// What pins the search_path of a shell recipe's psql calls: this in the environment of the
+/// call (on its line) or exported before it (in the block, or in an earlier shell block of the
+/// same document, which the docs ask to paste into the same shell first).
+pub const PINNED_PATH: &str = "search_path=pg_catalog,pg_temp";
+
+/// The psql calls of the documents' shell blocks that run with the caller's search_path:
+/// `file:line: text` of each. A superuser's psql that resolves a name where another role can
+/// create runs that role's function as the superuser (issue 58: the README's `concat_ws`).
+pub fn unpinned_psql_calls(blocks: &[DocBlock]) -> Vec<String> {
+    let mut found = Vec::new();
+    let mut exported: Option<String> = None; // the document whose shell exported the pin
+    for b in blocks.iter().filter(|b| ["sh", "bash", "shell"].contains(&b.lang.as_str())) {
+        if exported.as_deref() != Some(b.file.as_str()) {
+            exported = None;
+        }
+        let text = without_comments(b);
+        for (i, line) in text.lines().enumerate() {
+            let export = line.trim_start().starts_with("export PGOPTIONS=");
+            if export && line.contains(PINNED_PATH) {
+                exported = Some(b.file.clone());
+            } else if export {
+                exported = None;
+            }
+            if calls_psql(line) && exported.is_none() && !pinned_on_line(line) {
+                found.push(format!("{}:{}: {}", b.file, b.line + 1 + i, line.trim()));
+            }
+        }
+    }
+    found
+}
+
+/// Whether a shell line runs psql (a word `psql`, or a path ending in `/psql`, in a command's place).
+fn calls_psql(line: &str) -> bool {
+    let bytes = line.as_bytes();
+    line.match_indices("psql").any(|(i, _)| {
+        let before = if i == 0 { b' ' } else { bytes[i - 1] };
+        let after = bytes.get(i + 4).copied().unwrap_or(b' ');
+        b" \t(|;&/\"'`".contains(&before) && b" \t\"')".contains(&after)
+    })
+}
+
+/// Whether the psql call on `line` has the pinned path in its environment (`PGOPTIONS=...`
+/// before it on the line).
+fn pinned_on_line(line: &str) -> bool {
+    line.split("psql")
+        .next()
+        .is_some_and(|before| before.contains("PGOPTIONS=") && before.contains(PINNED_PATH))
 }
