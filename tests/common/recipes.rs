@@ -4,7 +4,7 @@
 use super::{bindir, Cluster};
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Output};
 
 /// README shell blocks as one script, in order, as a user pastes them into one shell. The test
 /// stops at the first failing command; a user's shell need not, so the blocks have no `set -e`.
@@ -24,16 +24,22 @@ pub fn run_recipes(blocks: &[&str], vars: &[(&str, String)]) -> String {
     run_recipes_within(blocks, vars, RECIPE_LIMIT_S)
 }
 
-/// `run_recipes`, stopped (and failed) if it has not ended within `secs` seconds.
-pub fn run_recipes_within(blocks: &[&str], vars: &[(&str, String)], secs: u64) -> String {
+/// Runs README blocks as `run_recipes` does, and returns how they ended (a recipe that must
+/// refuse).
+pub fn try_recipes(blocks: &[&str], vars: &[(&str, String)], secs: u64) -> Output {
     let path = format!("{}:{}", bindir().display(), std::env::var("PATH").unwrap());
-    let out = Command::new("timeout")
+    Command::new("timeout")
         .args(["--kill-after=10", &secs.to_string(), "bash", "-c"])
         .arg(readme_script(blocks))
         .env("PATH", path)
         .envs(vars.iter().map(|(k, v)| (*k, v.as_str())))
         .output()
-        .unwrap();
+        .unwrap()
+}
+
+/// `run_recipes`, stopped (and failed) if it has not ended within `secs` seconds.
+pub fn run_recipes_within(blocks: &[&str], vars: &[(&str, String)], secs: u64) -> String {
+    let out = try_recipes(blocks, vars, secs);
     assert!(
         out.status.code() != Some(124),
         "README recipes {blocks:?} did not end within {secs} s:\n{}\n{}",
