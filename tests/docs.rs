@@ -616,7 +616,11 @@ fn the_quick_start_runs_nothing_planted_where_public_is_open() {
         .arg(&traps)
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert_eq!(
         c.sql("SELECT to_regprocedure('public.concat_ws(text, text, text)') IS NOT NULL"),
         "t",

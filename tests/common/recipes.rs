@@ -192,9 +192,18 @@ pub fn called_functions(recipe: &str) -> Vec<(String, usize)> {
         {
             continue;
         }
-        // Arguments: top-level commas up to the matching parenthesis.
-        let (mut depth, mut commas, mut empty) = (0, 0, true);
+        // Arguments: top-level commas up to the matching parenthesis, outside string literals
+        // (`concat_ws(', ', ...)` has three; `''` inside one toggles twice).
+        let (mut depth, mut commas, mut empty, mut quoted) = (0, 0, true, false);
         for &c in &bytes[i + 1..] {
+            if c == b'\'' {
+                quoted = !quoted;
+                empty = false;
+                continue;
+            }
+            if quoted {
+                continue;
+            }
             match c {
                 b'(' => depth += 1,
                 b')' if depth == 0 => break,
@@ -438,6 +447,8 @@ pub struct DocBlock {
     pub line: usize,
     pub lang: String,
     pub recipe: Option<String>,
+    /// The marker's note, after the name: who runs it, which test.
+    pub note: String,
     pub body: String,
 }
 
@@ -457,16 +468,19 @@ pub fn doc_blocks() -> Vec<DocBlock> {
 pub fn blocks_of(file: &str, text: &str) -> Vec<DocBlock> {
     let mut blocks = Vec::new();
     let mut prev: Option<&str> = None;
-    let mut open: Option<(usize, String, String, Option<String>, Vec<&str>)> = None;
+    #[allow(clippy::type_complexity)]
+    let mut open: Option<(usize, String, String, Option<(String, String)>, Vec<&str>)> = None;
     for (i, line) in text.lines().enumerate() {
         let trimmed = line.trim_start();
         if let Some((start, indent, lang, recipe, mut body)) = open.take() {
             if line == format!("{indent}```") {
+                let (recipe, note) = recipe.map_or((None, String::new()), |(r, n)| (Some(r), n));
                 blocks.push(DocBlock {
                     file: file.to_string(),
                     line: start,
                     lang,
                     recipe,
+                    note,
                     body: body.join("\n"),
                 });
                 prev = None;
@@ -480,8 +494,13 @@ pub fn blocks_of(file: &str, text: &str) -> Vec<DocBlock> {
             let indent = line[..line.len() - trimmed.len()].to_string();
             let recipe = prev
                 .and_then(|p| p.trim().strip_prefix("<!-- recipe: "))
-                .and_then(|r| r.split_whitespace().next())
-                .map(str::to_string);
+                .and_then(|r| r.split_once(' ').or(Some((r, ""))))
+                .map(|(name, note)| {
+                    (
+                        name.to_string(),
+                        note.trim_end_matches("-->").trim().to_string(),
+                    )
+                });
             open = Some((i + 1, indent, lang.trim().to_string(), recipe, Vec::new()));
         } else if !trimmed.is_empty() {
             prev = Some(line);
@@ -519,7 +538,10 @@ pub const PINNED_PATH: &str = "search_path=pg_catalog,pg_temp";
 pub fn unpinned_psql_calls(blocks: &[DocBlock]) -> Vec<String> {
     let mut found = Vec::new();
     let mut exported: Option<String> = None; // the document whose shell exported the pin
-    for b in blocks.iter().filter(|b| ["sh", "bash", "shell"].contains(&b.lang.as_str())) {
+    for b in blocks
+        .iter()
+        .filter(|b| ["sh", "bash", "shell"].contains(&b.lang.as_str()))
+    {
         if exported.as_deref() != Some(b.file.as_str()) {
             exported = None;
         }
@@ -555,4 +577,146 @@ fn pinned_on_line(line: &str) -> bool {
     line.split("psql")
         .next()
         .is_some_and(|before| before.contains("PGOPTIONS=") && before.contains(PINNED_PATH))
+}
+
+/// An extension function as installed: its name, its IN argument types, its OUT parameters
+/// (`OUT name type, ...`), its return type (with SETOF) and how many IN arguments have defaults.
+pub struct ExtFn {
+    pub name: String,
+    pub ins: Vec<String>,
+    pub outs: String,
+    pub ret: String,
+    pub defaults: usize,
+}
+
+/// Every function of the extension installed in `db`.
+pub fn extension_functions(c: &Cluster, db: &str) -> Vec<ExtFn> {
+    let rows = c
+        .try_sql_in(
+            db,
+            "SET search_path = pg_catalog; \
+             SELECT p.proname, \
+                    coalesce((SELECT string_agg(format_type(u.t, NULL), ';' ORDER BY u.o) \
+                                FROM unnest(p.proargtypes::oid[]) WITH ORDINALITY u(t, o)), ''), \
+                    coalesce((SELECT string_agg(format('OUT %I %s', u.n, format_type(u.t, NULL)), ', ' ORDER BY u.o) \
+                                FROM unnest(p.proallargtypes, p.proargmodes, p.proargnames) WITH ORDINALITY u(t, m, n, o) \
+                               WHERE u.m IN ('o', 't')), ''), \
+                    CASE WHEN p.proretset THEN 'SETOF ' ELSE '' END || format_type(p.prorettype, NULL), \
+                    p.pronargdefaults \
+               FROM pg_proc p \
+               JOIN pg_depend d ON d.classid = 'pg_proc'::regclass AND d.objid = p.oid AND d.deptype = 'e' \
+               JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'snowflake' \
+              ORDER BY 1, 2",
+        )
+        .unwrap();
+    let fns: Vec<ExtFn> = rows
+        .lines()
+        .map(|l| {
+            let f: Vec<&str> = l.split('|').collect();
+            ExtFn {
+                name: f[0].to_string(),
+                ins: f[1]
+                    .split(';')
+                    .filter(|t| !t.is_empty())
+                    .map(str::to_string)
+                    .collect(),
+                outs: f[2].to_string(),
+                ret: f[3].to_string(),
+                defaults: f[4].parse().unwrap(),
+            }
+        })
+        .collect();
+    assert!(
+        fns.len() > 30 && fns.iter().any(|f| f.name == "snowflake_drop_partitions"),
+        "{rows}"
+    );
+    fns
+}
+
+/// The kinds of stand-ins [`overload_traps`] plants.
+#[derive(Clone, Copy, PartialEq)]
+pub enum Traps {
+    /// What a call with a loose type prefers: `text` in each argument's place, every argument
+    /// `text`, and `unknown` where PostgreSQL takes it, at every arity a call may use.
+    Loose,
+    /// What makes a call ambiguous in the extension's own schema, and wins in a schema before it:
+    /// one more argument with a default, and each argument that has a default left out.
+    Ambiguous,
+    /// The extension's own signatures (in another schema than the extension's), and each with
+    /// the arguments that have defaults left out: where they come before the extension's schema
+    /// on the search_path, these are what an unqualified call finds. (`Ambiguous`'s one more
+    /// argument would make these ambiguous in turn.)
+    Exact,
+}
+
+/// SQL that `role` runs to plant in `schema` stand-ins of `kind` for every function of `fns`,
+/// each of which makes `role` a superuser when a superuser calls it.
+pub fn overload_traps(fns: &[ExtFn], schema: &str, role: &str, kind: Traps) -> String {
+    let esc = format!("{schema}.escalate_{role}");
+    let mut sql = format!(
+        "CREATE OR REPLACE FUNCTION {esc}() RETURNS boolean LANGUAGE plpgsql AS $e$
+           BEGIN RAISE WARNING '{TRAP_RAN} {role} ran as %', current_user;
+           ALTER ROLE {role} SUPERUSER; RETURN true; EXCEPTION WHEN OTHERS THEN RETURN true; END $e$;
+         GRANT EXECUTE ON FUNCTION {esc}() TO PUBLIC;\n"
+    );
+    for f in fns {
+        let n = f.ins.len();
+        let mut variants: Vec<Vec<String>> = Vec::new();
+        match kind {
+            Traps::Ambiguous => {
+                let mut more = f.ins.clone();
+                more.push("integer DEFAULT 0".into());
+                variants.push(more);
+                for k in n - f.defaults..n {
+                    variants.push(f.ins[..k].to_vec());
+                }
+            }
+            Traps::Loose => {
+                // For each arity a call may use (the arguments with defaults left out or not).
+                for k in n - f.defaults..=n {
+                    for loose in ["text", "unknown"] {
+                        for i in 0..k {
+                            let mut v = f.ins[..k].to_vec();
+                            v[i] = loose.into();
+                            variants.push(v);
+                        }
+                        variants.push(vec![loose.to_string(); k]);
+                    }
+                }
+            }
+            Traps::Exact => {
+                for k in n - f.defaults..=n {
+                    variants.push(f.ins[..k].to_vec());
+                }
+            }
+        }
+        variants.sort();
+        variants.dedup();
+        for v in variants
+            .into_iter()
+            .filter(|v| kind == Traps::Exact || *v != f.ins)
+        {
+            let args: Vec<String> = v
+                .into_iter()
+                .chain((!f.outs.is_empty()).then(|| f.outs.clone()))
+                .collect();
+            let ret = if f.ret.starts_with("SETOF") || !f.outs.is_empty() {
+                "RETURN;"
+            } else {
+                "RETURN NULL;"
+            };
+            let create = format!(
+                "CREATE FUNCTION {schema}.{}({}) RETURNS {} LANGUAGE plpgsql AS $b$ BEGIN PERFORM {esc}(); {ret} END $b$",
+                f.name,
+                args.join(", "),
+                f.ret
+            );
+            // (PostgreSQL refuses some, `unknown` arguments among them: the planting goes on.)
+            sql.push_str(&format!(
+                "DO $p$ BEGIN EXECUTE '{}'; EXCEPTION WHEN OTHERS THEN NULL; END $p$;\n",
+                create.replace('\'', "''")
+            ));
+        }
+    }
+    sql
 }
