@@ -600,6 +600,41 @@ fn the_quick_start_works_as_written_on_a_debian_style_cluster() {
     );
 }
 
+/// Issue 58: where `public` is open to everyone (14's default, which pg_upgrade keeps), eve
+/// plants a stand-in for every function and operator that the configure recipe's queries name,
+/// `public.concat_ws(text, text, text)` among them (in 1.7.0 it beat pg_catalog's variadic one
+/// and made her a superuser). The recipe as written runs none of them, and still works.
+#[test]
+fn the_quick_start_runs_nothing_planted_where_public_is_open() {
+    let mut c = Cluster::with_preload("quick-start-open", "", false);
+    c.start();
+    c.sql("CREATE ROLE eve LOGIN; GRANT CREATE ON SCHEMA public TO PUBLIC");
+    let traps = common::recipe_traps(&[&readme_recipe("quick-start-configure")], "public", "eve");
+    let out = c
+        .psql_cmd_as("eve", "postgres")
+        .args(["-v", "ON_ERROR_STOP=1", "-c"])
+        .arg(&traps)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        c.sql("SELECT to_regprocedure('public.concat_ws(text, text, text)') IS NOT NULL"),
+        "t",
+        "the stand-in was not planted"
+    );
+    let printed = quick_start_on(&c);
+    assert!(!printed.contains(common::TRAP_RAN), "{printed}");
+    assert_eq!(
+        c.sql("SELECT rolsuper FROM pg_roles WHERE rolname = 'eve'"),
+        "f",
+        "the configure recipe ran eve's code as superuser:\n{printed}"
+    );
+}
+
 /// The Quick start's shell block, run as written against `c`; what it printed.
 fn configure(c: &Cluster) -> String {
     let out = fs::File::create(c.dir.join("quick-start.out")).unwrap();
@@ -625,7 +660,8 @@ fn configure(c: &Cluster) -> String {
     printed
 }
 
-fn quick_start_on(c: &Cluster) {
+/// The Quick start on `c`, checked; what its shell block printed.
+fn quick_start_on(c: &Cluster) -> String {
     let printed = configure(c);
     // The check printed no file that overrides the recipe's lines, and the restart sent no
     // server log to the calling shell: the restarted server logs to the cluster's log file
@@ -664,6 +700,7 @@ fn quick_start_on(c: &Cluster) {
     assert!(c
         .sql("SHOW shared_preload_libraries")
         .ends_with("snowflake"));
+    printed
 }
 
 /// The extension at 1.4.0 with a view on `snowflake_node()`, updated to 1.5.0 (which keeps that

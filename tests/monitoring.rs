@@ -149,7 +149,8 @@ fn the_exporter_sees_the_metrics_move_and_the_health_break() {
     );
     c.fake_time(None);
     c.start();
-    c.sql("CREATE EXTENSION snowflake; CREATE ROLE monitor LOGIN IN ROLE pg_monitor; ALTER ROLE monitor SET search_path = public");
+    c.sql("CREATE EXTENSION snowflake; CREATE ROLE monitor LOGIN IN ROLE pg_monitor");
+    c.script(&common::readme_recipe("monitor-path")).unwrap();
     let queries = query_file_from_the_package(&c.dir);
     let exporter = Exporter::start(&c, &queries);
 
@@ -294,7 +295,7 @@ fn health_is_for_monitoring_roles_and_reads_nothing_else() {
     let planted =
         "SELECT check_name || '=' || status FROM snowflake_health() WHERE check_name = 'overall'";
     assert_eq!(c.try_sql_as("monitor", planted).unwrap(), "overall=planted");
-    c.sql("ALTER ROLE monitor SET search_path = public");
+    c.script(&common::readme_recipe("monitor-path")).unwrap();
     for role in ["monitor", "checker"] {
         let q = "SELECT check_name || '=' || status FROM snowflake_health() WHERE check_name = 'overall'";
         assert!(

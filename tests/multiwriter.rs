@@ -250,6 +250,138 @@ fn fan_in_with_the_recipe_on_debian_style_clusters() {
     assert_no_conflicts(&hub);
 }
 
+/// The replication recipes: every psql call runs with `search_path` pinned (mesh-functions and
+/// fan-in export it before their first call; the mesh recipes run after mesh-functions, in its
+/// shell), and none sets `run_as_owner` or `password_required` (16+ applies rows as the table's
+/// owner; a superuser owns the subscriptions).
+#[test]
+fn the_replication_recipes_pin_the_path_and_leave_apply_as_the_table_owner() {
+    const PIN: &str = "export PGOPTIONS=\"-c search_path=pg_catalog,pg_temp\"";
+    for name in [
+        "mesh-functions",
+        "mesh",
+        "mesh-add",
+        "mesh-retire",
+        "fan-in",
+    ] {
+        let text = common::readme_recipe(name);
+        for option in ["run_as_owner", "password_required"] {
+            assert!(!text.contains(option), "recipe {name} sets {option}");
+        }
+        let first_psql = text.find("psql ").unwrap_or(text.len());
+        if ["mesh-functions", "fan-in"].contains(&name) {
+            assert!(
+                text.find(PIN).is_some_and(|at| at < first_psql),
+                "recipe {name}: {PIN} before its first psql call"
+            );
+        }
+        assert_eq!(
+            text.matches("PGOPTIONS").count(),
+            text.matches(PIN).count(),
+            "recipe {name} sets PGOPTIONS otherwise than {PIN}"
+        );
+    }
+}
+
+/// alice owns the hub's table, with an `ENABLE ALWAYS` trigger (her function) that tries to make
+/// her a superuser and records whom it ran as. Before 16 the hub applies rows as a superuser, the
+/// subscriptions' owner: the fan-in recipe refuses, creating nothing and naming her table and her
+/// function; the table given to a superuser, it still names her function; the trigger dropped, it
+/// runs. On 16 and later it runs as written, and her trigger runs as alice.
+#[test]
+fn fan_in_never_runs_a_table_owners_code_as_a_superuser() {
+    let mut spoke = node("owner-spoke", 1, 1);
+    let mut hub = node("owner-hub", 2, 1);
+    for c in [&mut spoke, &mut hub] {
+        c.start();
+        c.sql(TABLE);
+    }
+    hub.sql("CREATE ROLE alice LOGIN; GRANT CREATE ON SCHEMA public TO alice; ALTER TABLE public.t OWNER TO alice");
+    hub.try_sql_as(
+        "alice",
+        "CREATE TABLE public.ran_as (who name, superuser boolean);
+         CREATE FUNCTION public.escalate() RETURNS trigger LANGUAGE plpgsql AS $f$
+           BEGIN
+             BEGIN ALTER ROLE alice SUPERUSER; EXCEPTION WHEN OTHERS THEN NULL; END;
+             INSERT INTO public.ran_as SELECT current_user, r.rolsuper
+               FROM pg_catalog.pg_roles r WHERE r.rolname = current_user;
+             RETURN NEW;
+           END $f$;
+         CREATE TRIGGER escalate BEFORE INSERT ON public.t FOR EACH ROW EXECUTE FUNCTION public.escalate();
+         ALTER TABLE public.t ENABLE ALWAYS TRIGGER escalate",
+    )
+    .unwrap();
+    let vars = [
+        ("HUB", hub.uri()),
+        ("SPOKES", uris(&[&spoke])),
+        ("TABLES", "public.t".to_string()),
+    ];
+    let alice_super = || hub.sql("SELECT rolsuper FROM pg_roles WHERE rolname = 'alice'");
+    let created = || {
+        format!(
+            "{} publications on the spoke, {} subscriptions on the hub",
+            spoke.sql("SELECT count(*) FROM pg_publication"),
+            hub.sql("SELECT count(*) FROM pg_subscription")
+        )
+    };
+    if pg_major() < 16 {
+        let refused = |names: &[&str], not: &[&str]| {
+            let out = common::try_recipes(&["mesh-functions", "fan-in"], &vars, 120);
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert!(!out.status.success(), "the fan-in recipe ran: {err}");
+            assert!(
+                err.contains("fan-in stopped before creating anything"),
+                "{err}"
+            );
+            for name in names {
+                assert!(err.contains(name), "{name} is not named: {err}");
+            }
+            for name in not {
+                assert!(!err.contains(name), "{name} is named: {err}");
+            }
+            assert_eq!(
+                created(),
+                "0 publications on the spoke, 0 subscriptions on the hub"
+            );
+        };
+        refused(
+            &[
+                "table public.t, owner alice",
+                "function public.escalate(), owner alice",
+            ],
+            &[],
+        );
+        hub.sql("ALTER TABLE public.t OWNER TO postgres");
+        refused(
+            &["function public.escalate(), owner alice"],
+            &["table public.t"],
+        );
+        hub.sql("DROP TRIGGER escalate ON public.t");
+    }
+    run_recipes(&["mesh-functions", "fan-in"], &vars);
+    assert_eq!(
+        created(),
+        "2 publications on the spoke, 2 subscriptions on the hub"
+    );
+    spoke.sql("INSERT INTO t (payload) VALUES ('x')");
+    hub.wait_for("SELECT count(*) FROM public.t", "1", 60);
+    if pg_major() >= 16 {
+        hub.wait_for("SELECT count(*) FROM public.ran_as", "1", 60);
+        assert_eq!(
+            hub.sql("SELECT who || ' ' || superuser FROM public.ran_as"),
+            "alice false",
+            "alice's trigger ran as alice, no superuser"
+        );
+        assert_eq!(
+            hub.sql("SELECT count(*) FROM pg_subscription WHERE subrunasowner OR NOT subpasswordrequired"),
+            "0"
+        );
+    } else {
+        assert_eq!(hub.sql("SELECT count(*) FROM public.ran_as"), "0");
+    }
+    assert_eq!(alice_super(), "f", "alice became a superuser");
+}
+
 #[test]
 fn three_writers_with_the_readme_recipes_add_and_retire_a_node() {
     if pg_major() < 16 {
