@@ -836,7 +836,7 @@ mod tests {
             s.answer_looks(ticket.wrapping_add(u32::MAX / 2 - 1));
             assert!(s.look_answered(ticket), "the furthest answer past {ticket}");
             s.answer_looks(ticket.wrapping_add(u32::MAX / 2));
-            assert!(!s.look_answered(ticket), "past {ticket} by half the range");
+            assert!(!s.look_answered(ticket), "past {ticket} by u32::MAX / 2");
             s.answer_looks(ticket.wrapping_sub(1));
             assert!(!s.look_answered(ticket), "the answer before {ticket}");
         }
