@@ -920,6 +920,26 @@ mod tests {
         assert!(w.announce(100 * REFRESH_MS, EXPIRY, false).is_some());
     }
 
+    /// A copy a Citus node answered for (`sighted`) is a copy as much as one found in our own
+    /// row: reported once, and held for the expiry after the sighting, whatever its stamp (here
+    /// one this server wrote).
+    #[test]
+    fn a_copy_sighted_elsewhere_is_a_copy_for_the_expiry() {
+        let copy = Claim {
+            lease_id: 1,
+            ..claim(42, 1, 5, 3)
+        };
+        let mut w = CopyWatch::default();
+        w.observe(0, Some(copy));
+        w.wrote(&copy);
+        assert_eq!(w.copy(0, EXPIRY, false), None);
+        w.sighted(REFRESH_MS, copy);
+        assert_eq!(w.announce(REFRESH_MS, EXPIRY, false), Some(copy));
+        assert_eq!(w.announce(2 * REFRESH_MS, EXPIRY, false), None, "once");
+        assert_eq!(w.copy(REFRESH_MS + EXPIRY - 1, EXPIRY, false), Some(copy));
+        assert_eq!(w.copy(REFRESH_MS + EXPIRY, EXPIRY, false), None);
+    }
+
     /// A server that moves from (1, 5) keeps the last ID it may have issued there in its claim
     /// (`left_pairs`): whoever takes (1, 5) next continues above it.
     #[test]
@@ -1024,6 +1044,28 @@ mod tests {
             handover_floor(42, 1, 5, &[late], &[]),
             Some(assemble(MAX_TIMESTAMP, pair, MAX_SEQUENCE))
         );
+    }
+
+    /// An ID of 0 is no ID: a pair left with 0 (nothing issued there) is no floor, even on the
+    /// pair (0, 0), where 0 decomposes to that pair. `None`, as when nothing is known.
+    #[test]
+    fn a_pair_left_with_no_id_is_no_floor() {
+        let nothing = LeftPair {
+            system_identifier: 8,
+            last_id: 0,
+        };
+        assert_eq!(handover_floor(42, 0, 0, &[], &[nothing]), None);
+        assert_eq!(
+            handover_floor(42, 0, 0, &[claim(8, 0, 0, 1)], &[nothing]),
+            None,
+            "nor a claim that never held a lease"
+        );
+        // The smallest ID of the pair is one.
+        let one = LeftPair {
+            last_id: 1,
+            ..nothing
+        };
+        assert_eq!(handover_floor(42, 0, 0, &[], &[nothing, one]), Some(1));
     }
 
     #[test]
@@ -1241,6 +1283,50 @@ mod tests {
         assert_eq!(
             w.observe(REFRESH_MS, vec![synced(Some(2), None, Some(7))]),
             vec![]
+        );
+    }
+
+    /// The gate's stall and its list of the paths it waits for count only those paths: one that
+    /// caught up, or that is not waited for (`unproven`), neither holds the stall back however
+    /// lately it moved, nor is named as waited for.
+    #[test]
+    fn only_the_paths_waited_for_stall_the_gate_or_are_named_waiting() {
+        let path = |name: &str, enabled: bool, end: i64| PathReading {
+            subscription: name.into(),
+            enabled,
+            end_lsn: Some(end),
+            publisher_end: Some(60),
+            ..reading(Some(7), Some(10), Some(0))
+        };
+        // "stuck" has no target and never moves; "done" catches up, and "off" (disabled at the
+        // first reading) keeps moving, both long after "stuck" last moved.
+        let stuck = PathReading {
+            publisher_end: None,
+            ..path("stuck", true, 10)
+        };
+        let mut c = CatchUp::default();
+        assert!(!c.observe(
+            0,
+            &[
+                stuck.clone(),
+                path("done", true, 10),
+                path("off", false, 10)
+            ]
+        ));
+        let late = CATCH_UP_LIMIT_MS - 1;
+        assert!(!c.observe(
+            late,
+            &[
+                stuck.clone(),
+                path("done", true, 60),
+                path("off", false, 50)
+            ]
+        ));
+        assert_eq!(c.waiting(), vec!["stuck"]);
+        assert_eq!(c.unproven(), vec!["off"]);
+        assert!(
+            c.stalled(CATCH_UP_LIMIT_MS),
+            "the only path waited for has not moved for the limit"
         );
     }
 

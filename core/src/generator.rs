@@ -824,6 +824,24 @@ mod tests {
         assert_eq!(State::new().lease(), None);
     }
 
+    /// A look's ticket is answered by an answer at it or past it by less than `u32::MAX / 2`
+    /// (wrapping); one that far past or further is a ticket asked after the answer, wrapped
+    /// round. (worker's `look_tickets_wrap` drives the same rule through asks.)
+    #[test]
+    fn a_look_is_answered_within_half_the_ticket_range() {
+        let mut s = State::new();
+        for ticket in [0, 7, u32::MAX - 3] {
+            s.answer_looks(ticket);
+            assert!(s.look_answered(ticket), "the answer at {ticket}");
+            s.answer_looks(ticket.wrapping_add(u32::MAX / 2 - 1));
+            assert!(s.look_answered(ticket), "the furthest answer past {ticket}");
+            s.answer_looks(ticket.wrapping_add(u32::MAX / 2));
+            assert!(!s.look_answered(ticket), "past {ticket} by u32::MAX / 2");
+            s.answer_looks(ticket.wrapping_sub(1));
+            assert!(!s.look_answered(ticket), "the answer before {ticket}");
+        }
+    }
+
     #[test]
     fn forward_jumps_count_and_keep_the_largest() {
         let mut s = State::new();

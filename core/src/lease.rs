@@ -161,6 +161,50 @@ mod tests {
         assert_eq!(super::renewal(1_000, 1_000, 1_499, false, 10_000), None);
     }
 
+    /// A lease is half the allowed drift, within 20 ms and `LONGEST_LEASE_MS`.
+    #[test]
+    fn a_lease_is_half_the_drift_within_its_bounds() {
+        use super::{lease_length_ms, LONGEST_LEASE_MS};
+        assert_eq!(lease_length_ms(1_000), 500);
+        assert_eq!(lease_length_ms(100), 50);
+        assert_eq!(lease_length_ms(10), 20);
+        assert_eq!(lease_length_ms(60_000), LONGEST_LEASE_MS);
+    }
+
+    /// A mark stands above ours only when it stands for later IDs: one for the same millisecond
+    /// of its epoch as ours does not, whatever the epochs and Unix values (a write keeps ours).
+    #[test]
+    fn a_mark_for_the_same_ids_does_not_stand_above_ours() {
+        use super::stands_above;
+        let epoch = 1_288_834_974_657;
+        let day = 86_400_000;
+        assert!(!stands_above(
+            (epoch + 5_000, Some(epoch)),
+            epoch,
+            (epoch + 5_000, epoch)
+        ));
+        assert!(!stands_above(
+            (epoch + 5_000, None),
+            epoch,
+            (epoch + 5_000, epoch)
+        ));
+        assert!(!stands_above(
+            (epoch - day + 5_000, Some(epoch - day)),
+            epoch,
+            (epoch + 5_000, epoch)
+        ));
+        assert!(stands_above(
+            (epoch + 5_001, None),
+            epoch,
+            (epoch + 5_000, epoch)
+        ));
+        assert!(!stands_above(
+            (epoch + 4_999, None),
+            epoch,
+            (epoch + 5_000, epoch)
+        ));
+    }
+
     #[test]
     fn a_mark_someone_else_wrote_is_a_floor_compared_with_what_was_issued() {
         use crate::generator::State;

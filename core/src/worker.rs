@@ -963,6 +963,28 @@ mod tests {
         }
     }
 
+    /// Copies a Citus node answered with are sighted whatever their pair, and when several are,
+    /// the one kept is one on this server's pair, whatever their order: it refuses here.
+    #[test]
+    fn a_copy_answered_on_our_pair_is_the_one_kept() {
+        let on = |w: i64| Claim {
+            lease_id: 1,
+            ..claim(ME, w, 3)
+        };
+        for (copies, kept, refused) in [
+            (vec![on(3)], on(3), false),
+            (vec![on(2), on(3)], on(2), true),
+            (vec![on(3), on(2)], on(2), true),
+        ] {
+            let mut s = State::awaiting_lease();
+            let (mut w, _) = Worker::start(EPOCH, &at(0, 0), node(2), &mut s);
+            w.paths_read(0, &[]);
+            let view = w.refreshed_with_copies(0, refreshed(vec![]), &copies, &settings(), &mut s);
+            assert_eq!(view.copy_announced, Some(kept), "of {copies:?}");
+            assert_eq!(s.refused(), refused, "of {copies:?}");
+        }
+    }
+
     /// The claim carries the lease's last ID, or before any lease the floor's; never a floor
     /// raised above the lease (not issued under yet, and the mark is not there yet).
     #[test]
@@ -1475,6 +1497,19 @@ mod tests {
         );
         assert_eq!(plan.write, None);
         assert_eq!(w.mark_read(EPOCH + 30_000, Some(EPOCH), &mut s).found, None);
+        // One that finds it lowered and needs no lease does not: the next look writes ours back.
+        let plan = w.renew_read(
+            EPOCH + 2,
+            None,
+            EPOCH + 5_000,
+            Some(EPOCH),
+            &settings(),
+            &mut s,
+        );
+        assert_eq!(plan.write, None);
+        assert!(plan.found.is_some_and(|f| f.lowered));
+        let lowered = w.mark_read(EPOCH + 5_000, Some(EPOCH), &mut s);
+        assert_eq!(lowered.write_back, Some((EPOCH + 30_000, EPOCH)));
     }
 
     #[test]
