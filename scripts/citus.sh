@@ -21,6 +21,8 @@
 # (github.com could not be reached where this was written): GitHub serves `git archive` output for
 # tags, so its tar should be the same; if it is not, the check fails and says how to get the source.
 set -euo pipefail
+# Debian's apt-get, one at a time (scripts/apt-get says why).
+APT_GET=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/apt-get
 # A relative $SNOWFLAKE_CITUS_TARBALL names a file from where the script was called.
 if [ -n "${SNOWFLAKE_CITUS_TARBALL:-}" ]; then SNOWFLAKE_CITUS_TARBALL=$(realpath -m "$SNOWFLAKE_CITUS_TARBALL"); fi
 cd "$(dirname "$0")/.."
@@ -107,7 +109,7 @@ for p in libcurl4-openssl-dev liblz4-dev libzstd-dev libkrb5-dev make gcc; do
 done
 if [ ${#missing[@]} -gt 0 ]; then
   say "installing ${missing[*]}"
-  sudo_ env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
+  "$APT_GET" install -y -qq --no-install-recommends "${missing[@]}" >&2
 fi
 
 say "building Citus $CITUS_VERSION for PostgreSQL $major (about a minute)"

@@ -23,6 +23,8 @@
 #   bench    make bench: build, valgrind (callgrind), gnuplot for the charts, python3, and (as
 #            root) the postgres user.
 set -euo pipefail
+# Debian's apt-get, one at a time (scripts/apt-get says why).
+APT_GET=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/apt-get
 cd "$(dirname "$0")/.."
 level=${1:-}
 PGRX_VERSION=0.19.3
@@ -65,8 +67,8 @@ fi
 if [ "$level" = bench ]; then command -v gnuplot >/dev/null || missing+=(gnuplot-nox); fi
 if [ ${#missing[@]} -gt 0 ]; then
   echo "deps: installing ${missing[*]}"
-  sudo_ env DEBIAN_FRONTEND=noninteractive apt-get update -qq
-  sudo_ env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  "$APT_GET" update -qq
+  "$APT_GET" install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
 for m in $(printf '%s\n' "${majors[@]}" | sort -u); do scripts/pg.sh "$m" >/dev/null; done
@@ -80,7 +82,7 @@ if $partman; then
     candidate=$(apt-cache policy "$p" 2>/dev/null | sed -n 's/^ *Candidate: //p')
     if [ -n "$candidate" ] && [ "$candidate" != "(none)" ]; then
       echo "deps: installing $p"
-      sudo_ env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$p" >/dev/null
+      "$APT_GET" install -y -qq --no-install-recommends "$p" >/dev/null
     fi
   fi
 fi

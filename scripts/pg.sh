@@ -21,6 +21,8 @@
 # SNOWFLAKE_PG_SYSTEM=no skips 1 and 2: only $SNOWFLAKE_PG_ROOT is looked in and installed into
 # (the fresh-install check uses it, and so can a second tree that must not share the servers).
 set -euo pipefail
+# Debian's apt-get, one at a time (scripts/apt-get says why).
+APT_GET=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/apt-get
 # PostgreSQL's build makes its generated headers (utils/errcodes.h among them) only in a top-level
 # make (src/Makefile.global: submake-generated-headers runs only at MAKELEVEL 0). Called from our
 # Makefile, this script inherits make's MAKELEVEL and MAKEFLAGS, and 19's build from source failed
@@ -67,13 +69,13 @@ install_missing() {
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
   done
   if [ ${#missing[@]} -gt 0 ]; then
-    sudo_ env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
+    "$APT_GET" install -y -qq --no-install-recommends "${missing[@]}" >&2
   fi
 }
 
 apt_update_once() {
   if [ -z "$(ls -A /var/lib/apt/lists 2>/dev/null | grep -v lock)" ]; then
-    sudo_ env DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2
+    "$APT_GET" update -qq >&2
   fi
 }
 
@@ -96,7 +98,7 @@ if [ -n "$candidate" ] && [ "$candidate" != "(none)" ]; then
   sudo_ mkdir -p /etc/postgresql-common/createcluster.d
   echo "create_main_cluster = false" | sudo_ tee /etc/postgresql-common/createcluster.d/no-main.conf >/dev/null
   # A listed package whose files are not served (Debian's postgresql-19 here) falls through.
-  sudo_ env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+  "$APT_GET" install -y -qq --no-install-recommends \
     "postgresql-$major" "postgresql-server-dev-$major" >&2 || say "apt could not install postgresql-$major"
   has_headers "$debian" && { echo "$debian"; exit 0; }
 fi
