@@ -331,7 +331,7 @@ BEGIN
     existing := ARRAY(
         SELECT (b[1]::bigint)::text || '/' || (b[2]::bigint)::text
           FROM (SELECT regexp_match(pg_get_expr(c.relpartbound, c.oid),
-                                    '^FOR VALUES FROM \(''?(-?[0-9]+)''?\) TO \(''?(-?[0-9]+)''?\)$') AS b
+                                    '^FOR VALUES FROM [(]''?(-?[0-9]+)''?[)] TO [(]''?(-?[0-9]+)''?[)]$') AS b
                   FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
                  WHERE i.inhparent = parent) s
          WHERE b IS NOT NULL);

@@ -69,3 +69,18 @@ pub fn layout(e: LayoutError, epoch_ms: i64) -> ! {
         ),
     }
 }
+
+/// Whether the current role may see what identifies this server and its surroundings (the
+/// disclosure rule of docs/security.md, "Status queries"): superusers and roles with the
+/// privileges of `pg_monitor`, who may run `snowflake_health()`, which names the same facts.
+/// `has_privs_of_role`, as PostgreSQL's own checks for its predefined roles: a member that does
+/// not inherit `pg_monitor`'s privileges sees them after `SET ROLE pg_monitor` only.
+pub fn sees_server() -> bool {
+    // SAFETY: a role-cache lookup for the current user.
+    unsafe {
+        pgrx::pg_sys::has_privs_of_role(
+            pgrx::pg_sys::GetUserId(),
+            pgrx::pg_sys::Oid::from(pgrx::pg_sys::ROLE_PG_MONITOR),
+        )
+    }
+}

@@ -573,6 +573,18 @@ fn node_claimed(
     expiry_s: u64,
     claims_stale: bool,
 ) -> ! {
+    // Which server it is, and the UPDATE that retires it, only for those who may see system
+    // identifiers (docs/security.md, "Status queries"): others read the rest and ask them.
+    let other = if errors::sees_server() {
+        format!("The server with system identifier {other_system_identifier}")
+    } else {
+        "Another server (snowflake_node() names it to pg_monitor)".to_string()
+    };
+    let retire = if errors::sees_server() {
+        format!("UPDATE _snowflake.claims SET retired = true WHERE system_identifier = {other_system_identifier}")
+    } else {
+        "UPDATE _snowflake.claims SET retired = true WHERE system_identifier = <the one snowflake_node() names>".to_string()
+    };
     let stale = if claims_stale {
         " Claims may be out of date here: a subscription that carries _snowflake.claims to this server is not applying, or relays claims from third servers (origin = any), and the server log names it; a server whose claims stop arriving cannot be told from one that left, so no claim expires while that lasts."
     } else {
@@ -584,10 +596,10 @@ fn node_claimed(
             "snowflake datacenter_id {datacenter} and worker_id {worker} are also used by another server"
         ),
         Some(format!(
-            "The server with system identifier {other_system_identifier} claimed them, last seen at {other_last_seen}; two servers with one pair generate the same IDs, so this server generates none until that claim is gone.{stale}"
+            "{other} claimed them, last seen at {other_last_seen}; two servers with one pair generate the same IDs, so this server generates none until that claim is gone.{stale}"
         )),
         Some(&format!(
-            "Give one of the two servers another snowflake.worker_id (or datacenter_id) and restart it. If the other server no longer runs, {}, or retire it now (it stays as the floor for this pair): UPDATE _snowflake.claims SET retired = true WHERE system_identifier = {other_system_identifier}.",
+            "Give one of the two servers another snowflake.worker_id (or datacenter_id) and restart it. If the other server no longer runs, {}, or retire it now (it stays as the floor for this pair): {retire}.",
             if claims_stale && cfg!(feature = "pg15") {
                 // 15 has no origin = none: a relaying path can only be ended, not made direct.
                 "its claim does not expire while a path is not applying or relays (on PostgreSQL 15 every subscription may relay): repair a path that is not applying".to_string()

@@ -104,7 +104,7 @@ pub(crate) fn list(parent: pg_sys::Oid) -> Vec<Part> {
                 r"SELECT s.inhrelid, s.b[1], s.b[2] FROM (
                     SELECT i.inhrelid,
                            pg_catalog.regexp_match(pg_catalog.pg_get_expr(c.relpartbound, c.oid),
-                                                   '^FOR VALUES FROM \((.*)\) TO \((.*)\)$') AS b
+                                                   '^FOR VALUES FROM [(](.*)[)] TO [(](.*)[)]$') AS b
                       FROM pg_catalog.pg_inherits i
                       JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) i.inhrelid
                      WHERE i.inhparent OPERATOR(pg_catalog.=) $1) s

@@ -8,7 +8,7 @@ use crate::core::time::{unix_ms_to_pg_timestamp, Clock, SystemClock};
 use crate::errors;
 use crate::generator::{self, DatabaseTrust, PairState, GENERATOR};
 use pgrx::prelude::*;
-use pgrx::{pg_sys, PgSqlErrorCode};
+use pgrx::PgSqlErrorCode;
 
 fn timestamp(ms_since_epoch: u64) -> Option<TimestampWithTimeZone> {
     if ms_since_epoch > MAX_TIMESTAMP {
@@ -18,25 +18,10 @@ fn timestamp(ms_since_epoch: u64) -> Option<TimestampWithTimeZone> {
         .ok()
 }
 
-/// Whether the current role may see what identifies this server and its surroundings (the
-/// disclosure rule of docs/security.md, "Status queries"): superusers and roles with the
-/// privileges of `pg_monitor`, who may run `snowflake_health()`, which names the same facts.
-/// `has_privs_of_role`, as PostgreSQL's own checks for its predefined roles: a member that does
-/// not inherit `pg_monitor`'s privileges sees them after `SET ROLE pg_monitor` only.
-pub fn sees_server() -> bool {
-    // SAFETY: a role-cache lookup for the current user.
-    unsafe {
-        pg_sys::has_privs_of_role(
-            pg_sys::GetUserId(),
-            pg_sys::Oid::from(pg_sys::ROLE_PG_MONITOR),
-        )
-    }
-}
-
 /// This server's identity and the generator's position against the wall clock. Any role sees
 /// the pair, the settings and the generator's position; the system identifier, the claim
 /// conflict's other server and the lease database's owner and trust are NULL for a role that
-/// [`sees_server`] refuses.
+/// [`errors::sees_server`] refuses.
 #[pg_extern(volatile, parallel_safe)]
 #[allow(clippy::type_complexity)]
 fn snowflake_node() -> TableIterator<
@@ -65,7 +50,7 @@ fn snowflake_node() -> TableIterator<
     let node = crate::core::layout::Node::from_bits(shared.node_bits);
     let issued_any = shared.state.issued_any();
     let conflict = shared.conflict();
-    let monitor = sees_server();
+    let monitor = errors::sees_server();
     TableIterator::once((
         node.datacenter() as i32,
         node.worker() as i32,

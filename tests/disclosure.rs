@@ -85,4 +85,29 @@ fn a_role_without_pg_monitor_sees_the_pair_and_not_the_server() {
         "the claim names this server: {}",
         as_role("monitor", "SHOW snowflake.fleet_claim")
     );
+
+    // A refused call names the server that claims the pair too, and the UPDATE that retires
+    // it, to those who may see system identifiers only (a fresh read of issue 58 found eve
+    // reading it there).
+    c.sql("INSERT INTO _snowflake.claims VALUES (12345, 1, 2, 5, now())");
+    let refusal = |role: &str| match c.try_sql_as(role, "SELECT snowflake_nextval()") {
+        Ok(_) => None,
+        Err(e) => Some(e),
+    };
+    assert!(
+        eventually(10, || refusal("eve").is_some()),
+        "the claim was not seen"
+    );
+    let e = refusal("eve").unwrap();
+    assert_eq!(e.sqlstate, "55000", "{}", e.raw);
+    assert!(!e.raw.contains("12345"), "eve: {}", e.raw);
+    assert!(e.raw.contains("snowflake_node() names"), "eve: {}", e.raw);
+    for role in ["postgres", "monitor"] {
+        let e = refusal(role).expect("refused");
+        assert!(
+            e.raw.contains("system_identifier = 12345"),
+            "{role}: {}",
+            e.raw
+        );
+    }
 }

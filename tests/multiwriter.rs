@@ -356,6 +356,13 @@ fn fan_in_never_runs_a_table_owners_code_as_a_superuser() {
             &["function public.escalate(), owner alice"],
             &["table public.t"],
         );
+        // The owner of a table's schema could swap the table for her own after the check (a
+        // fresh read of issue 58): `public` of a database she owns, or a schema given to her.
+        hub.sql("ALTER DATABASE postgres OWNER TO alice");
+        refused(&["schema public, owner alice"], &["table public.t"]);
+        hub.sql("ALTER DATABASE postgres OWNER TO postgres; ALTER SCHEMA public OWNER TO alice");
+        refused(&["schema public, owner alice"], &["table public.t"]);
+        hub.sql("ALTER SCHEMA public OWNER TO pg_database_owner");
         hub.sql("DROP TRIGGER escalate ON public.t");
     }
     run_recipes(&["mesh-functions", "fan-in"], &vars);

@@ -637,3 +637,39 @@ fn odd_names_and_huge_keys_get_bounded_answers() {
     assert_eq!(e.sqlstate, "42809", "{}", &e.raw[..e.raw.len().min(300)]);
     assert!(e.detail.len() < 200, "a DETAIL of {} bytes", e.detail.len());
 }
+
+/// In a database whose default is `standard_conforming_strings = off` (a legacy setting, and one
+/// a database's owner may set), partitions are read, made and dropped as elsewhere. The bounds
+/// were parsed with a pattern whose backslashes that setting ate: `snowflake_partitions()` saw
+/// none, a second create failed on an overlap, and retention dropped nothing, silently (a fresh
+/// read of issue 58).
+#[test]
+fn partitions_work_where_strings_are_not_standard_conforming() {
+    let c = server();
+    c.sql("CREATE DATABASE legacy_strings");
+    c.sql("ALTER DATABASE legacy_strings SET standard_conforming_strings = off");
+    let run = |sql: &str| {
+        c.try_sql_in("legacy_strings", sql)
+            .unwrap_or_else(|e| panic!("{sql}: {}", e.raw))
+    };
+    assert_eq!(run("SHOW standard_conforming_strings"), "off");
+    run("CREATE EXTENSION snowflake; \
+         CREATE TABLE ev (id bigint PRIMARY KEY DEFAULT snowflake_nextval()) PARTITION BY RANGE (id)");
+    let t0 = today(c);
+    let create = format!(
+        "SELECT count(*) FROM snowflake_create_partitions('ev'::regclass, \
+           '{t0}'::timestamptz - interval '3 days', '{t0}'::timestamptz + interval '2 days')"
+    );
+    assert_eq!(run(&create), "5");
+    assert_eq!(run(&create), "0", "a second call made partitions again");
+    assert_eq!(
+        run("SELECT count(*) FROM snowflake_partitions('ev'::regclass)"),
+        "5"
+    );
+    assert_eq!(
+        run(&format!(
+            "SELECT count(*) FROM snowflake_drop_partitions('ev'::regclass, '{t0}'::timestamptz - interval '1 day')"
+        )),
+        "2"
+    );
+}
