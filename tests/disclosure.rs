@@ -89,7 +89,8 @@ fn a_role_without_pg_monitor_sees_the_pair_and_not_the_server() {
     // A refused call names the server that claims the pair too, and the UPDATE that retires
     // it, to those who may see system identifiers only (a fresh read of issue 58 found eve
     // reading it there).
-    c.sql("INSERT INTO _snowflake.claims VALUES (12345, 1, 2, 5, now())");
+    // (system_identifier, node_token, datacenter_id, worker_id, last_seen): this server's pair.
+    c.sql("INSERT INTO _snowflake.claims VALUES (12345, 1, 1, 2, now())");
     let refusal = |role: &str| match c.try_sql_as(role, "SELECT snowflake_nextval()") {
         Ok(_) => None,
         Err(e) => Some(e),
