@@ -91,10 +91,7 @@ fn a_role_without_pg_monitor_sees_the_pair_and_not_the_server() {
     // reading it there).
     // (system_identifier, node_token, datacenter_id, worker_id, last_seen): this server's pair.
     c.sql("INSERT INTO _snowflake.claims VALUES (12345, 1, 1, 2, now())");
-    let refusal = |role: &str| match c.try_sql_as(role, "SELECT snowflake_nextval()") {
-        Ok(_) => None,
-        Err(e) => Some(e),
-    };
+    let refusal = |role: &str| c.try_sql_as(role, "SELECT snowflake_nextval()").err();
     assert!(
         eventually(10, || refusal("eve").is_some()),
         "the claim was not seen"
