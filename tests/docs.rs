@@ -610,17 +610,7 @@ fn the_quick_start_runs_nothing_planted_where_public_is_open() {
     c.start();
     c.sql("CREATE ROLE eve LOGIN; GRANT CREATE ON SCHEMA public TO PUBLIC");
     let traps = common::recipe_traps(&[&readme_recipe("quick-start-configure")], "public", "eve");
-    let out = c
-        .psql_cmd_as("eve", "postgres")
-        .args(["-v", "ON_ERROR_STOP=1", "-c"])
-        .arg(&traps)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    common::plant_as(&c, "eve", "postgres", &traps);
     assert_eq!(
         c.sql("SELECT to_regprocedure('public.concat_ws(text, text, text)') IS NOT NULL"),
         "t",

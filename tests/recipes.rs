@@ -6,9 +6,9 @@
 mod common;
 
 use common::{
-    blocks_of, called_functions, doc_blocks, extension_functions, overload_traps, readme_recipe,
-    recipe_traps, unpinned_psql_calls, used_operators, without_comments, Cluster, DocBlock, ExtFn,
-    Traps, TRAP_RAN,
+    blocks_of, called_functions, doc_blocks, extension_functions, overload_traps, plant_as,
+    readme_recipe, recipe_traps, unpinned_psql_calls, used_operators, without_comments, Cluster,
+    DocBlock, ExtFn, Traps, TRAP_RAN,
 };
 use std::fs;
 use std::path::Path;
@@ -218,17 +218,7 @@ fn plant(c: &Cluster, role: &str, db: &str, schemas: &[&str], fns: &[ExtFn], tex
                 &format!("CREATE FUNCTION {schema}.escalate_{role}"),
                 &format!("CREATE OR REPLACE FUNCTION {schema}.escalate_{role}"),
             );
-        let out = c
-            .psql_cmd_as(role, db)
-            .args(["-v", "ON_ERROR_STOP=1", "-c"])
-            .arg(&sql)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "planting in {db}.{schema} failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        plant_as(c, role, db, &sql);
     }
 }
 

@@ -5,7 +5,7 @@
 //! neither run its code as superuser, nor stop ID generation, nor hand it the high-water mark.
 
 mod common;
-use common::{extension_functions, overload_traps, Cluster, Traps};
+use common::{extension_functions, overload_traps, plant_as, Cluster, Traps};
 
 /// The lease worker makes its lease in `db` (owned by a superuser then), and the database is
 /// given to `owner` afterwards: the set-up 1.5.0's docs asked for, which 1.6.0 tolerates.
@@ -1197,15 +1197,6 @@ fn extension_call_text(c: &Cluster, db: &str) -> String {
         )
         .unwrap();
     format!("{}\n{members}", extension_bodies(c, db))
-}
-
-fn plant_as(c: &Cluster, role: &str, db: &str, sql: &str) {
-    let out = c.psql_cmd_as(role, db).arg("-c").arg(sql).output().unwrap();
-    assert!(
-        out.status.success(),
-        "{role} could not plant: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
 }
 
 /// Every entry point a superuser runs on a table another role owns, qualified with the schema

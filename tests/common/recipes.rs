@@ -390,6 +390,17 @@ $plant$;
     )
 }
 
+/// Runs `sql` (stand-ins, as [`recipe_traps`] and [`overload_traps`] write them) as `role` in
+/// `db`; panics with psql's errors if it fails.
+pub fn plant_as(c: &Cluster, role: &str, db: &str, sql: &str) {
+    let out = c.psql_cmd_as(role, db).arg("-c").arg(sql).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{role} could not plant: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// SQL, run by a table's owner `role`, that gives each table a partial index whose predicate and
 /// an index whose expression call that owner's IMMUTABLE function, which makes `role` a superuser
 /// when a superuser plans a query on the table.
