@@ -318,3 +318,57 @@ fn health_is_for_monitoring_roles_and_reads_nothing_else() {
         "overall=critical,preload=critical"
     );
 }
+
+/// A lease worker stopped (SIGSTOP, as a DBA saw it) long enough that a call gives up waiting for
+/// its lease with 55000: that call is counted like every other refusal, and the health check's
+/// `refusals` row warns. Counted once per call, in `snowflake_stats()` as the exporter reads it.
+#[test]
+fn a_call_that_times_out_waiting_for_the_lease_is_counted() {
+    let mut c = Cluster::new("lease-wait-counted", "snowflake.worker_id = 5");
+    c.start();
+    c.sql("CREATE EXTENSION snowflake");
+    c.sql("SELECT snowflake_nextval()");
+    assert_eq!(c.sql("SELECT errors FROM snowflake_stats()"), "0");
+    let pid: i32 = c
+        .sql("SELECT lease_worker_pid FROM snowflake_node()")
+        .parse()
+        .unwrap();
+    /// Lets the worker go on whatever the test's end.
+    struct Stopped(i32);
+    impl Drop for Stopped {
+        fn drop(&mut self) {
+            unsafe { libc::kill(self.0, libc::SIGCONT) };
+        }
+    }
+    let stopped = Stopped(pid);
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGSTOP) }, 0);
+    // Calls go on within the lease persisted ahead, then one waits its 10 s in vain.
+    let mut refused = None;
+    assert!(
+        eventually(90, || match c.try_sql("SELECT snowflake_nextval()") {
+            Ok(_) => false,
+            Err(e) => {
+                refused = Some(e);
+                true
+            }
+        }),
+        "no call failed while the lease worker was stopped"
+    );
+    let e = refused.unwrap();
+    assert_eq!(e.sqlstate, "55000", "{e:?}");
+    assert!(
+        e.raw.contains("snowflake ID generator is not ready"),
+        "{e:?}"
+    );
+    drop(stopped);
+    assert_eq!(c.sql("SELECT errors FROM snowflake_stats()"), "1");
+    assert_eq!(
+        c.sql("SELECT status, reason LIKE '1 calls of snowflake_nextval() failed since the start, the last % ago' FROM snowflake_health() WHERE check_name = 'refusals'"),
+        "warning|t"
+    );
+    // The worker, going on, grants the lease again: IDs resume.
+    assert!(eventually(30, || c
+        .try_sql("SELECT snowflake_nextval()")
+        .is_ok()));
+    assert_eq!(c.sql("SELECT errors FROM snowflake_stats()"), "1");
+}
