@@ -372,3 +372,63 @@ fn a_call_that_times_out_waiting_for_the_lease_is_counted() {
         .is_ok()));
     assert_eq!(c.sql("SELECT errors FROM snowflake_stats()"), "1");
 }
+
+/// The alert rules that ship (monitoring/snowflake.rules.yml, in the .deb's examples): valid for
+/// Prometheus (`promtool check rules`), and alerting as their unit tests say (`promtool test
+/// rules`, Debian's `prometheus` package; scripts/deps.sh test installs it). Each alert is a
+/// page or a ticket, and its summary names a check of snowflake_health() and a docs section that
+/// exists.
+#[test]
+fn the_alert_rules_pass_promtool_and_link_to_sections_that_exist() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("monitoring");
+    run(Command::new("promtool")
+        .args(["check", "rules", "snowflake.rules.yml"])
+        .current_dir(&dir));
+    run(Command::new("promtool")
+        .args(["test", "rules", "snowflake.rules.test.yml"])
+        .current_dir(&dir));
+    let rules = std::fs::read_to_string(dir.join("snowflake.rules.yml")).unwrap();
+    let alerts: Vec<&str> = rules.split("      - alert: ").skip(1).collect();
+    assert!(alerts.len() >= 4, "{rules}");
+    for alert in &alerts {
+        assert!(
+            alert.contains("severity: page\n") || alert.contains("severity: ticket\n"),
+            "{alert}"
+        );
+        let summary = alert
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("summary: "))
+            .unwrap_or_else(|| panic!("no summary: {alert}"));
+        assert!(summary.contains("snowflake check "), "{summary}");
+        assert!(summary.contains("docs/"), "{summary}");
+    }
+    // Every docs section linked: a heading of that file, as GitHub makes its anchor.
+    let slug = |heading: &str| -> String {
+        heading
+            .trim_start_matches('#')
+            .trim()
+            .to_lowercase()
+            .chars()
+            .filter(|c| c.is_alphanumeric() || *c == ' ' || *c == '-' || *c == '_')
+            .map(|c| if c == ' ' { '-' } else { c })
+            .collect()
+    };
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut links = 0;
+    for part in rules.split("docs/").skip(1) {
+        let link: String = part
+            .chars()
+            .take_while(|c| c.is_alphanumeric() || "-_.#".contains(*c))
+            .collect();
+        let (file, anchor) = link.split_once('#').unwrap_or_else(|| panic!("{link}"));
+        let text = std::fs::read_to_string(root.join("docs").join(file)).unwrap();
+        assert!(
+            text.lines()
+                .filter(|l| l.starts_with('#'))
+                .any(|h| slug(h) == anchor),
+            "docs/{file} has no section #{anchor}"
+        );
+        links += 1;
+    }
+    assert!(links >= 5, "{rules}");
+}
