@@ -15,7 +15,8 @@
 #   demo     make demo: build, and (as root) the postgres user that runs the throwaway server.
 #   test     make test, for each major: package and unit (the test binaries link the crate built
 #            with its default feature), lintian (tests/package.rs runs it on the .deb),
-#            prometheus-postgres-exporter (tests/monitoring.rs scrapes it), libfaketime,
+#            prometheus-postgres-exporter (tests/monitoring.rs scrapes it), prometheus (for
+#            promtool, which checks and unit-tests monitoring/snowflake.rules.yml), libfaketime,
 #            Python's venv and Node.js with npm (the client recipes, tests/clients.rs),
 #            pg_partman for $PG_MAJOR where apt packages it, and (as root) the postgres user.
 #            scripts/citus.sh builds Citus when the tests need it; the Makefile's upgrade-source
@@ -45,7 +46,7 @@ case $level in
   unit) majors=("$DEFAULT_MAJOR") ;;
   demo) owner=true ;;
   test)
-    packages+=(dpkg-dev rpm lintian prometheus-postgres-exporter libfaketime)
+    packages+=(dpkg-dev rpm lintian prometheus-postgres-exporter prometheus libfaketime)
     majors+=("$DEFAULT_MAJOR")
     owner=true clients=true partman=true
     ;;

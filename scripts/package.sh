@@ -51,6 +51,8 @@ install -m 644 sql/snowflake--*.sql "$extdir/"
 install -m 644 README.md "$doc/"
 # The query file for prometheus-postgres-exporter (docs/operations.md, "Monitoring").
 install -D -m 644 monitoring/prometheus-postgres-exporter.yaml "$doc/examples/prometheus-postgres-exporter.yaml"
+# Prometheus's alert rules on its metrics, and their unit tests (promtool test rules).
+install -m 644 monitoring/snowflake.rules.yml monitoring/snowflake.rules.test.yml "$doc/examples/"
 gzip -9n < CHANGELOG.md > "$doc/changelog.gz"
 
 # The library stripped; its symbols and debug sections go into the -dbgsym package.

@@ -70,7 +70,13 @@ pub(crate) fn next_id() -> i64 {
 #[cold]
 #[inline(never)]
 unsafe extern "C-unwind" fn nextval_slow(first: &Option<Result<Step, GenError>>) -> i64 {
+    // Every call that fails is counted once, here or below, before it raises (with no shared
+    // memory, when the library is not preloaded, there is nothing to count in).
     config::require_preload("snowflake_nextval()");
+    // SAFETY: a plain read of the server's state, valid in any backend.
+    if unsafe { pg_sys::RecoveryInProgress() } {
+        generator::count_failure();
+    }
     config::require_primary("snowflake_nextval()", config::STANDBY_SHARES_THE_PAIR);
     generator::enable_hot_path(crate::horizon::hot_slot);
     let mut pending = *first;
@@ -118,6 +124,9 @@ unsafe extern "C-unwind" fn nextval_slow(first: &Option<Result<Step, GenError>>)
         }
         break result;
     };
+    if result.is_err() {
+        generator::count_failure();
+    }
     match result {
         Ok(id) => id,
         Err(IssueError::Gen(GenError::Refused)) => {

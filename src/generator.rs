@@ -396,6 +396,13 @@ pub fn wait_until_persisted(ms: u64, limit: std::time::Duration) -> Result<(), (
     }
 }
 
+/// Counts a call of `snowflake_nextval()` that fails, once, just before it raises (whatever it
+/// fails on: a refusal, the clock, a lease that did not come, a standby), stamped with
+/// [`monotonic_ms`] for the health check's "in the last hour".
+pub fn count_failure() {
+    GENERATOR.exclusive().state.count_failure(monotonic_ms());
+}
+
 /// How long a call waits for the lease worker before giving up with an error.
 pub const LEASE_WAIT_LIMIT: std::time::Duration = std::time::Duration::from_secs(10);
 

@@ -47,6 +47,7 @@ fn facts() -> Facts {
     let me = crate::fleet::system_identifier();
     Facts {
         now_ms: SystemClock.now_unix_ms() - epoch,
+        mono_ms: mono,
         epoch_unix_ms: epoch,
         max_drift_ms: config::max_clock_drift_ms(),
         // SAFETY: a plain read of the server's state, valid in any backend.

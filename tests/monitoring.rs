@@ -318,3 +318,117 @@ fn health_is_for_monitoring_roles_and_reads_nothing_else() {
         "overall=critical,preload=critical"
     );
 }
+
+/// A lease worker stopped (SIGSTOP, as a DBA saw it) long enough that a call gives up waiting for
+/// its lease with 55000: that call is counted like every other refusal, and the health check's
+/// `refusals` row warns. Counted once per call, in `snowflake_stats()` as the exporter reads it.
+#[test]
+fn a_call_that_times_out_waiting_for_the_lease_is_counted() {
+    let mut c = Cluster::new("lease-wait-counted", "snowflake.worker_id = 5");
+    c.start();
+    c.sql("CREATE EXTENSION snowflake");
+    c.sql("SELECT snowflake_nextval()");
+    assert_eq!(c.sql("SELECT errors FROM snowflake_stats()"), "0");
+    let pid: i32 = c
+        .sql("SELECT lease_worker_pid FROM snowflake_node()")
+        .parse()
+        .unwrap();
+    /// Lets the worker go on whatever the test's end.
+    struct Stopped(i32);
+    impl Drop for Stopped {
+        fn drop(&mut self) {
+            unsafe { libc::kill(self.0, libc::SIGCONT) };
+        }
+    }
+    let stopped = Stopped(pid);
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGSTOP) }, 0);
+    // Calls go on within the lease persisted ahead, then one waits its 10 s in vain.
+    let mut refused = None;
+    assert!(
+        eventually(90, || match c.try_sql("SELECT snowflake_nextval()") {
+            Ok(_) => false,
+            Err(e) => {
+                refused = Some(e);
+                true
+            }
+        }),
+        "no call failed while the lease worker was stopped"
+    );
+    let e = refused.unwrap();
+    assert_eq!(e.sqlstate, "55000", "{e:?}");
+    assert!(
+        e.raw.contains("snowflake ID generator is not ready"),
+        "{e:?}"
+    );
+    drop(stopped);
+    assert_eq!(c.sql("SELECT errors FROM snowflake_stats()"), "1");
+    assert_eq!(
+        c.sql("SELECT status, reason LIKE '1 calls of snowflake_nextval() failed since the start, the last % ago' FROM snowflake_health() WHERE check_name = 'refusals'"),
+        "warning|t"
+    );
+    // The worker, going on, grants the lease again: IDs resume.
+    assert!(eventually(30, || c
+        .try_sql("SELECT snowflake_nextval()")
+        .is_ok()));
+    assert_eq!(c.sql("SELECT errors FROM snowflake_stats()"), "1");
+}
+
+/// The alert rules that ship (monitoring/snowflake.rules.yml, in the .deb's examples): valid for
+/// Prometheus (`promtool check rules`), and alerting as their unit tests say (`promtool test
+/// rules`, Debian's `prometheus` package; scripts/deps.sh test installs it). Each alert is a
+/// page or a ticket, and its summary names a check of snowflake_health() and a docs section that
+/// exists.
+#[test]
+fn the_alert_rules_pass_promtool_and_link_to_sections_that_exist() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("monitoring");
+    run(Command::new("promtool")
+        .args(["check", "rules", "snowflake.rules.yml"])
+        .current_dir(&dir));
+    run(Command::new("promtool")
+        .args(["test", "rules", "snowflake.rules.test.yml"])
+        .current_dir(&dir));
+    let rules = std::fs::read_to_string(dir.join("snowflake.rules.yml")).unwrap();
+    let alerts: Vec<&str> = rules.split("      - alert: ").skip(1).collect();
+    assert!(alerts.len() >= 4, "{rules}");
+    for alert in &alerts {
+        assert!(
+            alert.contains("severity: page\n") || alert.contains("severity: ticket\n"),
+            "{alert}"
+        );
+        let summary = alert
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("summary: "))
+            .unwrap_or_else(|| panic!("no summary: {alert}"));
+        assert!(summary.contains("snowflake check "), "{summary}");
+        assert!(summary.contains("docs/"), "{summary}");
+    }
+    // Every docs section linked: a heading of that file, as GitHub makes its anchor.
+    let slug = |heading: &str| -> String {
+        heading
+            .trim_start_matches('#')
+            .trim()
+            .to_lowercase()
+            .chars()
+            .filter(|c| c.is_alphanumeric() || *c == ' ' || *c == '-' || *c == '_')
+            .map(|c| if c == ' ' { '-' } else { c })
+            .collect()
+    };
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut links = 0;
+    for part in rules.split("docs/").skip(1) {
+        let link: String = part
+            .chars()
+            .take_while(|c| c.is_alphanumeric() || "-_.#".contains(*c))
+            .collect();
+        let (file, anchor) = link.split_once('#').unwrap_or_else(|| panic!("{link}"));
+        let text = std::fs::read_to_string(root.join("docs").join(file)).unwrap();
+        assert!(
+            text.lines()
+                .filter(|l| l.starts_with('#'))
+                .any(|h| slug(h) == anchor),
+            "docs/{file} has no section #{anchor}"
+        );
+        links += 1;
+    }
+    assert!(links >= 5, "{rules}");
+}

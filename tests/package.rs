@@ -452,6 +452,8 @@ fn the_deb_installs_into_a_clean_layout_and_works() {
         format!("{ext_dir}/snowflake--{}.sql", env!("CARGO_PKG_VERSION")),
         // tests/monitoring.rs runs the exporter with it.
         format!("/usr/share/doc/postgresql-{major}-snowflake/examples/prometheus-postgres-exporter.yaml"),
+        format!("/usr/share/doc/postgresql-{major}-snowflake/examples/snowflake.rules.yml"),
+        format!("/usr/share/doc/postgresql-{major}-snowflake/examples/snowflake.rules.test.yml"),
     ];
     // Every released version's script and every upgrade script.
     for f in fs::read_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join("sql")).unwrap() {

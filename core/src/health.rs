@@ -87,6 +87,9 @@ pub struct Conflict {
 pub struct Facts {
     /// The clock, ms since the epoch; the epoch as Unix ms.
     pub now_ms: i64,
+    /// A monotonic clock (ms), the one the state's failures were stamped with: ages ("in the
+    /// last hour") are measured on it, so that no step of the wall clock ends a warning early.
+    pub mono_ms: u64,
     pub epoch_unix_ms: i64,
     pub max_drift_ms: u64,
     /// In recovery: no ID is issued here, and no lease worker runs until a promotion.
@@ -463,8 +466,8 @@ fn clock_steps(f: &Facts) -> Check {
 
 fn refusals(f: &Facts) -> Check {
     let st = f.state.stats();
-    let age = (st.errors > 0 && st.latest_error_at_ms != i64::MIN)
-        .then(|| (f.now_ms - st.latest_error_at_ms).max(0) as u64);
+    let age = (st.errors > 0 && st.latest_error_mono_ms != 0)
+        .then(|| f.mono_ms.saturating_sub(st.latest_error_mono_ms));
     match age {
         Some(a) if a < RECENT_MS => check(
             "refusals",
@@ -516,6 +519,7 @@ mod tests {
         state.grant_lease(now as u64 + 500);
         Facts {
             now_ms: now,
+            mono_ms: 100_000_000,
             epoch_unix_ms: EPOCH,
             max_drift_ms: 1000,
             standby: false,
@@ -756,6 +760,7 @@ mod tests {
                         .state
                         .next(f.now_ms - 5000, Node::new(1, 2).unwrap(), 1000)
                         .is_err());
+                    f.state.count_failure(f.mono_ms - 5000);
                 }),
             ),
         ];
@@ -784,8 +789,29 @@ mod tests {
                 1000
             )
             .is_err());
+        f.state.count_failure(f.mono_ms - 3 * RECENT_MS);
         f.forward_jump_age_ms = Some(RECENT_MS + 1);
         assert_eq!(status(&f, "clock_steps"), Status::Ok);
+        assert_eq!(status(&f, "refusals"), Status::Ok);
+    }
+
+    #[test]
+    fn a_refusal_stays_recent_by_the_monotonic_clock_whatever_the_wall_clock_does() {
+        let mut f = healthy();
+        // A call failed a minute ago (a lease that did not come: nothing of the wall clock)...
+        f.state.count_failure(f.mono_ms - 60_000);
+        assert_eq!(status(&f, "refusals"), Status::Warning);
+        // ...and the wall clock jumps forward by two hours: still a minute ago.
+        f.now_ms += 2 * RECENT_MS as i64;
+        f.forward_jump_age_ms = Some(1000);
+        let c = checks(&f)
+            .into_iter()
+            .find(|c| c.name == "refusals")
+            .unwrap();
+        assert_eq!(c.status, Status::Warning, "{c:?}");
+        assert!(c.reason.contains("60 s ago"), "{c:?}");
+        // An hour later by the monotonic clock, it is past.
+        f.mono_ms += RECENT_MS;
         assert_eq!(status(&f, "refusals"), Status::Ok);
     }
 
