@@ -647,7 +647,14 @@ fn odd_names_and_huge_keys_get_bounded_answers() {
 fn partitions_work_where_strings_are_not_standard_conforming() {
     let c = server();
     c.sql("CREATE DATABASE legacy_strings");
-    c.sql("ALTER DATABASE legacy_strings SET standard_conforming_strings = off");
+    let set = "ALTER DATABASE legacy_strings SET standard_conforming_strings = off";
+    if common::pg_major() >= 19 {
+        // 19 no longer has the setting's `off`: the case cannot arise there.
+        let e = c.sql_err(set);
+        assert_eq!(e.sqlstate, "0A000", "{}", e.raw);
+        return;
+    }
+    c.sql(set);
     let run = |sql: &str| {
         c.try_sql_in("legacy_strings", sql)
             .unwrap_or_else(|e| panic!("{sql}: {}", e.raw))
