@@ -625,24 +625,31 @@ fn the_quick_start_runs_nothing_planted_where_public_is_open() {
     );
 }
 
-/// The Quick start's shell block, run as written against `c`; what it printed.
-fn configure(c: &Cluster) -> String {
-    let out = fs::File::create(c.dir.join("quick-start.out")).unwrap();
-    let path = format!("{}:{}", bindir().display(), std::env::var("PATH").unwrap());
-    // Output to a file, not a pipe: the restarted server keeps it open.
-    let status = as_owner(Path::new("env"))
-        .arg(format!("PGHOST={}", c.dir.display()))
-        .arg(format!("PGPORT={}", c.port))
-        .args(["PGUSER=postgres", "PGDATABASE=postgres"])
-        .arg(format!("PATH={path}"))
-        .args(["bash", "-e", "-c", &readme_recipe("quick-start-configure")])
+/// Runs `cmd` in `c`'s directory with no input, its output to the file `name` there (not a pipe:
+/// a server it restarts keeps that open); its exit status and what it printed.
+fn run_in(c: &Cluster, name: &str, cmd: &mut Command) -> (std::process::ExitStatus, String) {
+    let out = fs::File::create(c.dir.join(name)).unwrap();
+    let status = cmd
         .current_dir(&c.dir)
         .stdin(Stdio::null())
         .stdout(out.try_clone().unwrap())
         .stderr(out)
         .status()
         .unwrap();
-    let printed = fs::read_to_string(c.dir.join("quick-start.out")).unwrap();
+    (status, fs::read_to_string(c.dir.join(name)).unwrap())
+}
+
+/// The Quick start's shell block, run as written against `c`; what it printed.
+fn configure(c: &Cluster) -> String {
+    let path = format!("{}:{}", bindir().display(), std::env::var("PATH").unwrap());
+    let mut configure = as_owner(Path::new("env"));
+    configure
+        .arg(format!("PGHOST={}", c.dir.display()))
+        .arg(format!("PGPORT={}", c.port))
+        .args(["PGUSER=postgres", "PGDATABASE=postgres"])
+        .arg(format!("PATH={path}"))
+        .args(["bash", "-e", "-c", &readme_recipe("quick-start-configure")]);
+    let (status, printed) = run_in(c, "quick-start.out", &mut configure);
     assert!(
         status.success(),
         "the Quick start's configuration failed:\n{printed}"
@@ -664,16 +671,9 @@ fn configure(c: &Cluster) -> String {
     if let Some(cluster) = debian {
         let recipe = readme_recipe("quick-start-restart");
         assert!(recipe.contains("pg_ctlcluster 15 main restart"), "{recipe}");
-        let out = fs::File::create(c.dir.join("quick-start-restart.out")).unwrap();
-        let status = Command::new("bash")
-            .args(["-e", "-c", &recipe.replace("15 main", cluster)])
-            .current_dir(&c.dir)
-            .stdin(Stdio::null())
-            .stdout(out.try_clone().unwrap())
-            .stderr(out)
-            .status()
-            .unwrap();
-        let restarted = fs::read_to_string(c.dir.join("quick-start-restart.out")).unwrap();
+        let mut restart = Command::new("bash");
+        restart.args(["-e", "-c", &recipe.replace("15 main", cluster)]);
+        let (status, restarted) = run_in(c, "quick-start-restart.out", &mut restart);
         assert!(status.success(), "the restart failed:\n{restarted}");
     }
     printed
