@@ -157,6 +157,13 @@ MUTANTS = [
      "to the synchronous standby before the next look; regression seed 247811709300768 (found by "
      "a 30-minute run) breaks with it, and the core test "
      "a_lease_whose_mark_was_lowered_while_it_waited_for_the_standbys_is_not_granted pins the rule"),
+    # Issue 59: a lease used where the next holder of the pair does not look for it.
+    ("take a lost writer's pair over at its last claim seen plus 1 s (the old margin)", [("worker.rs",
+     "                state.raise_floor(reach_ms(clock, settings.max_drift_ms));",
+     "                let _ = reach_ms(clock, settings.max_drift_ms);")], None),
+    ("keep a lease granted across a switch of the synchronous standbys", [("worker.rs",
+     "        state.revoke_lease();\n        self.held = None;",
+     "        let _ = &state;\n        self.held = None;")], None),
 ]
 
 

@@ -189,6 +189,41 @@ pub fn handover_floor(
     left_here.filter(|&id| id > 0).chain(leased).max()
 }
 
+/// The claims of other servers that hold our pair, by their row or by their lease (an ID of our
+/// pair: see `handover_floor`), and that say their server may have issued there (a lease).
+/// Whoever issues on our pair after one of them stopped being a conflict (it expired, it was
+/// retired) takes the pair over from it: see [`reach_ms`].
+pub fn holders_of_our_pair(
+    me: i64,
+    datacenter: u32,
+    worker: u32,
+    claims: &[Claim],
+) -> impl Iterator<Item = &Claim> {
+    claims
+        .iter()
+        .filter(move |c| c.system_identifier != me && c.lease_id > 0)
+        .filter(move |c| {
+            (c.datacenter, c.worker) == (datacenter, worker)
+                || decompose(c.lease_id)
+                    .is_ok_and(|p| (p.datacenter, p.worker) == (datacenter, worker))
+        })
+}
+
+/// The furthest timestamp any server of the fleet may have issued by the time this server's
+/// clock reads `clock_ms` (ms since the epoch), whatever it did after the last claim of it seen
+/// here: no server issues an ID more than its `max_clock_drift` ahead of its own clock
+/// (borrowing, a floor raised, a mark followed: `State::next` refuses beyond it). So a server
+/// gone by now, whose clock was in sync with this one and whose `max_clock_drift` was at most
+/// `max_drift_ms`, issued nothing above it, however far its floor was raised or its borrowing
+/// ran after the last claim of it that arrived here (a claims path that stalled first). The
+/// floor of a pair taken over (`crate::worker::Worker::refreshed`): the price is IDs up to
+/// `max_drift_ms` ahead of the clock after a hand-over, until the clock catches up.
+pub fn reach_ms(clock_ms: i64, max_drift_ms: u64) -> u64 {
+    (clock_ms.max(0) as u64)
+        .saturating_add(max_drift_ms)
+        .min(MAX_TIMESTAMP)
+}
+
 /// The highest ID a server may have issued whose claim, as seen here, carries the lease `id`:
 /// one lease length above it. A lease's row and its claim leave in one commit, so a server lost
 /// before its next renewal reached this server (its machine gone, its WAL with it) may have

@@ -223,6 +223,18 @@ impl State {
         self.lease_wanted = false;
     }
 
+    /// Takes back the lease granted beyond what was issued: no ID from now on until the next
+    /// grant, not even one more in the millisecond of the last ID (it counts as used). What the
+    /// synchronous standbys confirmed no longer says where a failover lands once their set
+    /// changed ([`crate::worker::Worker::standbys_changed`]). A state that needs no lease keeps
+    /// none.
+    pub fn revoke_lease(&mut self) {
+        if self.lease_ms != u64::MAX {
+            self.last_seq = MAX_SEQUENCE;
+            self.lease_ms = self.lease_ms.min(self.last_ms);
+        }
+    }
+
     /// Asks the renewer for a lease now (an idle generator about to be committed ahead).
     pub fn want_lease(&mut self) {
         self.lease_wanted = true;

@@ -45,10 +45,25 @@
 //!    synchronous standby unreachable) left this server's claim unwritten as long, and a peer on
 //!    its pair may be issuing by now. Such a lease is held until the refresh after it has looked
 //!    at the claims, and granted only if they show no conflict.
+//! 8. **A pair taken over continues above the furthest its holder could have reached**
+//!    ([`crate::fleet::reach_ms`]). The holder's claim as seen here may lag what it did: its
+//!    claims path stalled while it renewed at full rate, or its floor was raised (a renewal
+//!    moves the lease by the whole raise), and then it was lost. So when a refresh finds no
+//!    conflict and a claim of another server holds this server's pair (its row, or its lease)
+//!    in a version not taken over yet in this life of the worker (one that expired, one
+//!    retired), the floor goes to this server's clock plus its `max_clock_drift`, before any
+//!    ID: no server issues further ahead of its clock than that. It holds with clocks in sync
+//!    and one `max_clock_drift` across the fleet.
+//! 9. **A lease is used only while the synchronous standbys of now have it**
+//!    ([`Worker::standbys_changed`]). When the set of synchronous standbys changes, the lease
+//!    granted beyond what was issued is taken back, and a lease held or awaiting the former
+//!    standbys is dropped: the next ID waits for a renewal whose commit the new set confirmed
+//!    (and with it, in WAL order, every lease before it). So once an ID was issued after the
+//!    switch, a failover to the new standby continues above every ID issued.
 
 use crate::fleet::{
-    conflict, handover_floor, left_pairs_after, merge_left_pairs, CatchUp, Claim, CopyWatch,
-    LeftPair, Liveness, PathEvent, PathReading, PathWatch, REFRESH_MS,
+    conflict, handover_floor, holders_of_our_pair, left_pairs_after, merge_left_pairs, reach_ms,
+    CatchUp, Claim, CopyWatch, LeftPair, Liveness, PathEvent, PathReading, PathWatch, REFRESH_MS,
 };
 use crate::generator::State;
 use crate::layout::{assemble, decompose, Node, MAX_SEQUENCE, MAX_TIMESTAMP};
@@ -276,6 +291,9 @@ pub struct Worker {
     /// A lease committed here but not yet confirmed by the synchronous standbys (rule 5), and
     /// whether the claim was silent at its commit: granted by [`Worker::replicated`].
     unreplicated: Option<(LeaseWrite, bool)>,
+    /// The claims of other servers on this server's pair taken over in this life (rule 8), by
+    /// system identifier and version.
+    taken: Vec<(i64, i64)>,
 }
 
 impl Worker {
@@ -337,6 +355,7 @@ impl Worker {
             claim_written_at: None,
             held: None,
             unreplicated: None,
+            taken: Vec::new(),
         };
         (worker, below)
     }
@@ -577,6 +596,17 @@ impl Worker {
         if let Some(id) = handover_floor(me, dc, w, &read.claims, &read.left_pairs) {
             state.raise_floor(decompose(id).map(|p| p.ms).unwrap_or(0));
         }
+        // A pair taken over (rule 8): its holder may have issued beyond the claim seen here.
+        if found.is_none() {
+            let holders: Vec<(i64, i64)> = holders_of_our_pair(me, dc, w, &read.claims)
+                .map(|c| (c.system_identifier, c.version))
+                .collect();
+            if holders.iter().any(|h| !self.taken.contains(h)) {
+                let clock = read.written.last_seen_unix_ms - self.epoch_ms;
+                state.raise_floor(reach_ms(clock, settings.max_drift_ms));
+            }
+            self.taken = holders;
+        }
         state.set_refused(found.is_some());
         // The calls that asked for a look before this refresh started have it now.
         state.answer_looks(self.answering);
@@ -718,6 +748,17 @@ impl Worker {
             Some((write, silent)) => self.settle(&write, silent, state),
             None => false,
         }
+    }
+
+    /// The set of synchronous standbys changed (rule 9: `synchronous_standby_names` reloaded,
+    /// one that lagged made synchronous): the leases they confirmed may be missing on the new
+    /// ones. The lease granted beyond what was issued is taken back, and one held (rule 7) or
+    /// awaiting the former standbys (rule 5) is dropped: no ID until a renewal whose commit the
+    /// new standbys confirmed is granted.
+    pub fn standbys_changed(&mut self, state: &mut State) {
+        state.revoke_lease();
+        self.held = None;
+        self.unreplicated = None;
     }
 
     /// Whether a committed lease awaits the synchronous standbys' confirmation.
@@ -1256,6 +1297,91 @@ mod tests {
         assert_eq!(w.recorded_epoch_ms(), EPOCH);
         // The mark written is the worker's own now.
         assert_eq!(w.mark_read(EPOCH + 60_000, Some(EPOCH), &mut s).found, None);
+    }
+
+    /// Rule 9 (issue 59): `synchronous_standby_names` reloaded to a standby that lagged. The
+    /// lease the former standbys confirmed is taken back: no ID, not even one more in the last
+    /// millisecond, until a renewal the new ones confirmed; a lease awaiting the former ones is
+    /// not granted by their confirmation.
+    #[test]
+    fn a_switch_of_the_synchronous_standbys_takes_the_lease_back() {
+        let (mut s, mut w, write) = first_lease_at_20s();
+        assert!(committed(
+            &mut w,
+            &mut s,
+            1,
+            &write,
+            write.mark_unix_ms,
+            write.looked_unix_ms
+        ));
+        let now = write.lease_ms as i64 - 1_000;
+        assert!(matches!(s.next(now, node(2), 10_000), Ok(Step::Issued(_))));
+        let last = s.last_ms();
+        w.standbys_changed(&mut s);
+        assert_eq!(
+            s.next(now, node(2), 10_000),
+            Ok(Step::WaitLease {
+                needed_ms: last + 1
+            })
+        );
+        assert!(s.lease_wanted());
+        assert_eq!(s.last_ms(), last, "nothing issued or raised");
+        // A lease whose commit awaited the former standbys (a cancelled wait) is dropped.
+        let (mut s, mut w, write) = first_lease_at_20s();
+        assert!(!unconfirmed(&mut w, &mut s, 1, &write));
+        w.standbys_changed(&mut s);
+        assert!(!w.awaits_standbys());
+        assert!(!w.replicated((write.mark_unix_ms, Some(EPOCH)), &mut s));
+        assert_eq!(s.lease(), Some(0));
+    }
+
+    /// Rule 8 (issue 59): server 7 held our pair; its claims path stalled, a DBA raised its
+    /// floor (one renewal moves the lease by the whole raise), it was lost and retired here from
+    /// the last claim of it that arrived. Taking the pair over continues above the furthest it
+    /// could have reached: our clock plus our drift, once per version of its claim.
+    #[test]
+    fn a_pair_taken_over_continues_above_the_furthest_its_holder_could_have_reached() {
+        let mut s = State::awaiting_lease();
+        let (mut w, _) = Worker::start(EPOCH, &at(0, 0), node(2), &mut s);
+        let mut seen = claim(7, 2, 1);
+        seen.lease_id = assemble(5_000, node(2), MAX_SEQUENCE);
+        let at_clock = |claims: Vec<Claim>, clock: i64| {
+            let mut read = refreshed(claims);
+            read.written.last_seen_unix_ms = EPOCH + clock;
+            read
+        };
+        w.refreshed(0, at_clock(vec![seen], 6_000), &settings(), &mut s);
+        assert!(s.refused(), "live: a conflict");
+        let retired = Claim {
+            retired: true,
+            version: 2,
+            ..seen
+        };
+        w.refreshed(1_000, at_clock(vec![retired], 7_000), &settings(), &mut s);
+        assert!(!s.refused());
+        assert_eq!(s.last_ms(), 7_000 + settings().max_drift_ms);
+        // Once: the next refresh, its clock on, does not move it again.
+        w.refreshed(6_000, at_clock(vec![retired], 12_000), &settings(), &mut s);
+        assert_eq!(s.last_ms(), 17_000);
+        // Within the drift: the next ID one millisecond of the clock later.
+        s.grant_lease(20_000);
+        assert!(matches!(
+            s.next(7_001, node(2), 10_000),
+            Ok(Step::Issued(_))
+        ));
+        // Another server's claim on another pair, or a pair it left (its last ID there is
+        // exact), takes nothing over.
+        let mut s = State::awaiting_lease();
+        let (mut w, _) = Worker::start(EPOCH, &at(0, 0), node(2), &mut s);
+        let mut elsewhere = claim(8, 3, 1);
+        elsewhere.lease_id = assemble(5_000, node(3), MAX_SEQUENCE);
+        let mut read = at_clock(vec![elsewhere], 6_000);
+        read.left_pairs = vec![LeftPair {
+            system_identifier: 8,
+            last_id: assemble(4_000, node(2), MAX_SEQUENCE),
+        }];
+        w.refreshed(0, read, &settings(), &mut s);
+        assert_eq!(s.last_ms(), 4_000);
     }
 
     #[test]

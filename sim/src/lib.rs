@@ -35,6 +35,7 @@ use rand_core::{RngCore, SeedableRng};
 use snowflake_core::fleet::{
     handover_floor, merge_left_pairs, Claim, LeftPair, PathReading, REFRESH_MS,
 };
+use snowflake_core::generator::FloorError;
 use snowflake_core::generator::{GenError, State, Step};
 use snowflake_core::horizon::{
     enter, enter_survivors, hold, purge, read as read_horizon, Prepared, EMPTY,
@@ -133,6 +134,17 @@ pub enum Ev {
     /// wait, the commit is the server's and not the standby's until the standby is reachable
     /// again, and a failover to the standby (`Rewind(s, 0)`) meanwhile lacks it.
     Cancel(u8),
+    /// A DBA's `snowflake_set_floor()` on the server, this many per-mille of its
+    /// `max_clock_drift` ahead of its clock (issue 59: a floor raise moves the lease by the whole
+    /// raise in one renewal).
+    SetFloor(u8, u16),
+    /// The server's machine is lost for good, with what it had not sent yet; every other server
+    /// follows the docs' procedure for a server that is gone: retire its claim (their own copy
+    /// of it, the only one left), drop the subscriptions from and to it (issue 59).
+    Lose(u8),
+    /// `synchronous_standby_names` is reloaded to another standby, this many commits behind (the
+    /// synchronous one died; issue 59): it catches up at the next commit that waits for it.
+    SyncSwitch(u8, u8),
 }
 
 /// The kinds of events, in `Ev`'s order; the first `CLASSIC` were the world's before slews,
@@ -397,6 +409,27 @@ struct Server {
     /// refresh, until the next refresh: the lease it had before. Blindness excuses no ID above
     /// it meanwhile (the docs: such a lease waits for the refresh).
     silent_grant_above: Option<u64>,
+    /// What its synchronous standby has since `synchronous_standby_names` was switched to one
+    /// that lagged (`Ev::SyncSwitch`), until a commit waited for it.
+    switched_db: Option<Db>,
+    /// No ID was issued since that switch: the docs' test of whether the new standby has every
+    /// lease the primary used (an ID after the switch waited for a lease it confirmed). A
+    /// failover to it before runs the recipe.
+    switch_pending: bool,
+}
+
+/// A server lost for good (`Ev::Lose`): the highest ID each of its lineages issued on each pair,
+/// and for every server the furthest the hand-over floor reaches by its clock at the loss (its
+/// clock plus its `max_clock_drift`; `i64::MIN` once its clock went back or its epoch changed:
+/// the docs' rule needs clocks in sync), and the pairs its copy of the lost server's claim
+/// named then (a pair it never knew the lost server held is the docs' limit).
+#[derive(Clone, Debug)]
+struct Lost {
+    server: usize,
+    lineages: Vec<usize>,
+    pair_max: HashMap<(u32, u32), i64>,
+    reach: Vec<i64>,
+    known: Vec<Vec<(u32, u32)>>,
 }
 
 impl Server {
@@ -467,6 +500,10 @@ pub struct World {
     misinformed_gone: HashSet<(usize, usize)>,
     /// The lineages of physical copies (`Ev::Clone`).
     copies: HashSet<usize>,
+    /// The highest ID each lineage issued on each pair.
+    lineage_pair_max: HashMap<(usize, u32, u32), i64>,
+    /// Servers lost for good (`Ev::Lose`).
+    lost: Vec<Lost>,
     version: i64,
     pids: i32,
     xids: u32,
@@ -523,6 +560,8 @@ impl World {
                 standby_db: None,
                 claim_written_t: 0,
                 silent_grant_above: None,
+                switched_db: None,
+                switch_pending: false,
             });
         }
         let paths = (0..n)
@@ -557,6 +596,8 @@ impl World {
             gone: Vec::new(),
             misinformed_gone: HashSet::new(),
             copies: HashSet::new(),
+            lineage_pair_max: HashMap::new(),
+            lost: Vec::new(),
             version: 1,
             pids: 10_000,
             xids: 1_000,
@@ -870,54 +911,23 @@ impl World {
         }
         self.lineage_max[lineage] = id;
         self.servers[i].last_issued_at = Some(self.t);
+        self.servers[i].switch_pending = false;
         let misinformed_now = self
             .misinformed
             .iter()
             .filter(|&&(at, _)| at == i)
             .fold(0u64, |bits, &(_, k)| bits | 1 << k);
         if let Some(&(first, other, was_blind, first_misinformed)) = self.issued.get(&id) {
-            // A first issuer that could not see the second excuses nothing if the second's start
-            // had the first's claim on this pair on its way: its gate waits for that claim.
-            let first_sysid = self.servers[first].sysid;
-            let gate_knew = decompose(id).is_ok_and(|p| {
-                self.servers[i]
-                    .start_backlog
-                    .contains(&(first_sysid, (p.datacenter, p.worker)))
-            });
-            // Either could not know of the other (the earlier one may resume after its claim
-            // expired at the later one: a worker stalled for the expiry, with no path to see
-            // the later one's claim).
-            let excused = blind
-                || (was_blind && !gate_knew)
-                // A physical copy's IDs (docs/operations.md: never let it issue IDs for shared
-                // data; the fleet check sees it only where its claims reach its original).
-                || self.copies.contains(&other)
-                || self.copies.contains(&lineage)
-                || self.tainted.contains(&other)
-                || self.misinformed.contains(&(i, first))
-                // The first issued it while a restore had removed or aged the second's live
-                // claim at its server (the docs: "a live server's until its next refresh").
-                || first_misinformed & (1 << i) != 0
-                // The first was an identity gone since, whose claim a restore aged here.
-                || self.misinformed_gone.contains(&(i, other))
-                || (first != i
-                    && self.rewound.iter().any(|&(l, max)| {
-                        let sysid = self.servers[first].sysid;
-                        let pair_in = |db: &Db| {
-                            db.row(sysid)
-                                .map(|r| (r.claim.datacenter, r.claim.worker))
-                        };
-                        // The pair the rewound server names now, or the one its claim here
-                        // names: the recovery lost the claims that told of the pair, with the
-                        // lease (the docs' limit of a recovery that lacks the last lease).
-                        l == other
-                            && id <= max
-                            && decompose(id).is_ok_and(|p| {
-                                let pair = Some((p.datacenter, p.worker));
-                                pair != pair_in(&self.servers[first].db)
-                                    || pair != pair_in(&self.servers[i].db)
-                            })
-                    }));
+            let excused = self.excused(
+                i,
+                lineage,
+                blind,
+                id,
+                first,
+                other,
+                was_blind,
+                first_misinformed,
+            ) || self.out_of_sync(i, other, id);
             if !excused {
                 return Err(Violation::Duplicate {
                     id,
@@ -926,8 +936,129 @@ impl World {
                 });
             }
         }
+        // A pair taken from a server lost for good continues above every ID it issued there
+        // (issue 59), unless the taker's clock was not in sync with it (or its drift smaller),
+        // or it never knew that server held the pair.
+        if let Ok(p) = decompose(id) {
+            let pair = (p.datacenter, p.worker);
+            let below = self.lost.iter().find_map(|l| {
+                l.pair_max
+                    .get(&pair)
+                    .copied()
+                    .filter(|&m| id <= m && !l.lineages.contains(&lineage))
+                    .filter(|&m| decompose(m).is_ok_and(|q| q.ms as i64 <= l.reach[i]))
+                    .filter(|_| {
+                        l.known[i].contains(&pair)
+                            || self.servers[i]
+                                .db
+                                .row(self.servers[l.server].sysid)
+                                .is_some_and(|r| pairs_named(r).contains(&pair))
+                    })
+            });
+            if let Some(m) = below {
+                let (first, other, was_blind, first_misinformed) = self.issued[&m];
+                if !self.excused(
+                    i,
+                    lineage,
+                    blind,
+                    m,
+                    first,
+                    other,
+                    was_blind,
+                    first_misinformed,
+                ) {
+                    return Err(Violation::Duplicate {
+                        id: m,
+                        first,
+                        second: i,
+                    });
+                }
+            }
+            let e = self
+                .lineage_pair_max
+                .entry((lineage, pair.0, pair.1))
+                .or_insert(0);
+            *e = (*e).max(id);
+        }
         self.issued.insert(id, (i, lineage, blind, misinformed_now));
         Ok(())
+    }
+
+    /// Whether an ID that server `i` (lineage `lineage`, `blind` now) issues was issued before by
+    /// server `first` (lineage `other`, `was_blind` then, misinformed about the servers
+    /// `first_misinformed` names), in a case the docs name.
+    #[allow(clippy::too_many_arguments)]
+    fn excused(
+        &self,
+        i: usize,
+        lineage: usize,
+        blind: bool,
+        id: i64,
+        first: usize,
+        other: usize,
+        was_blind: bool,
+        first_misinformed: u64,
+    ) -> bool {
+        // A first issuer that could not see the second excuses nothing if the second's start
+        // had the first's claim on this pair on its way: its gate waits for that claim.
+        let first_sysid = self.servers[first].sysid;
+        let gate_knew = decompose(id).is_ok_and(|p| {
+            self.servers[i]
+                .start_backlog
+                .contains(&(first_sysid, (p.datacenter, p.worker)))
+        });
+        // Either could not know of the other (the earlier one may resume after its claim
+        // expired at the later one: a worker stalled for the expiry, with no path to see
+        // the later one's claim).
+        blind
+            || (was_blind && !gate_knew)
+            // A physical copy's IDs (docs/operations.md: never let it issue IDs for shared
+            // data; the fleet check sees it only where its claims reach its original).
+            || self.copies.contains(&other)
+            || self.copies.contains(&lineage)
+            || self.tainted.contains(&other)
+            || self.misinformed.contains(&(i, first))
+            // The first issued it while a restore had removed or aged the second's live
+            // claim at its server (the docs: "a live server's until its next refresh").
+            || first_misinformed & (1 << i) != 0
+            // The first was an identity gone since, whose claim a restore aged here.
+            || self.misinformed_gone.contains(&(i, other))
+            || (first != i
+                && self.rewound.iter().any(|&(l, max)| {
+                    let sysid = self.servers[first].sysid;
+                    let pair_in = |db: &Db| {
+                        db.row(sysid)
+                            .map(|r| (r.claim.datacenter, r.claim.worker))
+                    };
+                    // The pair the rewound server names now, or the one its claim here
+                    // names: the recovery lost the claims that told of the pair, with the
+                    // lease (the docs' limit of a recovery that lacks the last lease).
+                    l == other
+                        && id <= max
+                        && decompose(id).is_ok_and(|p| {
+                            let pair = Some((p.datacenter, p.worker));
+                            pair != pair_in(&self.servers[first].db)
+                                || pair != pair_in(&self.servers[i].db)
+                        })
+                }))
+    }
+
+    /// Whether `id`, issued before by lineage `other` of a server lost since, lies beyond the
+    /// furthest the hand-over floor of server `i` reaches (its clock was not in sync, or its
+    /// drift smaller: the docs' condition).
+    fn out_of_sync(&self, i: usize, other: usize, id: i64) -> bool {
+        self.lost.iter().any(|l| {
+            l.lineages.contains(&other) && decompose(id).is_ok_and(|p| p.ms as i64 > l.reach[i])
+        })
+    }
+
+    /// Server `k`'s clock went back (a step, another epoch): a hand-over floor it computes
+    /// from now on may fall below what a server lost before issued (the docs' condition of
+    /// clocks in sync).
+    fn clock_back(&mut self, k: usize) {
+        for l in &mut self.lost {
+            l.reach[k] = i64::MIN;
+        }
     }
 
     fn call(&mut self, i: usize, b: usize) -> Result<(), Violation> {
@@ -991,7 +1122,10 @@ impl World {
                 if t < s.commits_wait_until {
                     return;
                 }
-                w.replicated((s.db.mark, s.db.mark_epoch), &mut s.shm);
+                if w.replicated((s.db.mark, s.db.mark_epoch), &mut s.shm) {
+                    // The glue waited for the synchronous standbys of now.
+                    s.switched_db = None;
+                }
                 // A restore that lowered the mark while the lease waited leaves it below what
                 // may be issued now, as one right after a grant does (the docs' limit of
                 // restoring `_snowflake`: the next look writes it back).
@@ -1217,6 +1351,10 @@ impl World {
         self.commit(i, stamp.is_some());
         let s = &mut self.servers[i];
         s.pending = None;
+        if replicated {
+            // The commit waited for the synchronous standby of now: it has everything before.
+            s.switched_db = None;
+        }
         let w = s.worker.as_mut().expect("a worker");
         w.renew_committed(
             mono,
@@ -1364,6 +1502,65 @@ impl World {
         }
     }
 
+    /// Server `a` is lost for good (issue 59), and every other server follows the docs'
+    /// procedure for a server that is gone: its claim retired there (their own copy of it, the
+    /// only one left), the subscriptions from and to it dropped.
+    fn lose(&mut self, a: usize) {
+        let n = self.servers.len();
+        if self.servers[a].retired || !(0..n).any(|k| k != a && !self.servers[k].retired) {
+            return;
+        }
+        self.crash(a);
+        let sysid = self.servers[a].sysid;
+        let lineages = self.servers[a].lives.clone();
+        let pair_max: HashMap<(u32, u32), i64> = self
+            .lineage_pair_max
+            .iter()
+            .filter(|((l, _, _), _)| lineages.contains(l))
+            .fold(HashMap::new(), |mut m, (&(_, dc, w), &id)| {
+                let e = m.entry((dc, w)).or_insert(0);
+                *e = (*e).max(id);
+                m
+            });
+        let reach = (0..n)
+            .map(|k| {
+                let s = &self.servers[k];
+                T0 + self.t as i64 + s.offset_ms - s.epoch + s.drift_ms as i64
+            })
+            .collect();
+        let known = (0..n)
+            .map(|k| {
+                self.servers[k]
+                    .db
+                    .row(sysid)
+                    .map_or(Vec::new(), pairs_named)
+            })
+            .collect();
+        for k in 0..n {
+            self.paths[a][k] = None;
+            self.paths[k][a] = None;
+            if k == a || self.servers[k].retired {
+                continue;
+            }
+            let version = self.next_version();
+            if let Some(mut row) = self.servers[k].db.row(sysid).cloned() {
+                row.claim.retired = true;
+                row.claim.version = version;
+                self.servers[k].db.put(row);
+                self.commit(k, false);
+            }
+        }
+        self.servers[a].retired = true;
+        self.servers[a].prepared.clear();
+        self.lost.push(Lost {
+            server: a,
+            lineages,
+            pair_max,
+            reach,
+            known,
+        });
+    }
+
     /// Server `b`'s machine starts a physical copy of server `a` as of `behind` commits ago.
     fn clone_server(&mut self, a: usize, b: usize, behind: usize) {
         let len = self.servers[a].history.len();
@@ -1416,6 +1613,8 @@ impl World {
         s.remedy = None;
         // The machine's standby was the old server's: the copy has none of its own yet.
         s.standby_db = None;
+        s.switched_db = None;
+        s.switch_pending = false;
         s.lowered_unseen = false;
         s.last_issued_at = None;
         s.looked_at.clear();
@@ -1424,6 +1623,7 @@ impl World {
         s.pair_since = t;
         s.claim_written_t = t;
         s.silent_grant_above = None;
+        self.clock_back(b);
         self.start(b);
     }
 
@@ -1480,6 +1680,9 @@ impl World {
             Ev::Step(i, d) => {
                 let s = &mut self.servers[at(i)];
                 s.offset_ms += d;
+                if d < 0 {
+                    self.clock_back(at(i));
+                }
             }
             Ev::Crash(i) => self.crash(at(i)),
             Ev::Start(i) => self.start(at(i)),
@@ -1583,10 +1786,14 @@ impl World {
                 let last_id = self.lineage_max[s.lineage];
                 // A synchronous standby lacks a commit whose wait was cancelled, and the DBA,
                 // trusting it, runs no remedy.
-                let db = match (&s.standby_db, back) {
-                    (Some(db), 0) => db.clone(),
+                let db = match (&s.switched_db, &s.standby_db, back) {
+                    (Some(db), _, 0) | (None, Some(db), 0) => db.clone(),
                     _ => s.history[len - 1 - back].1.clone(),
                 };
+                // A standby made synchronous since the primary's last ID (issue 59) is trusted
+                // only once an ID was issued after the switch (docs/operations.md); before, the
+                // recipe runs.
+                let remedy = back > 0 || s.switch_pending;
                 self.note_restored_claims(i, &db);
                 // The old server is gone (fenced); its undelivered claims with it.
                 self.crash(i);
@@ -1599,7 +1806,9 @@ impl World {
                 let s = &mut self.servers[i];
                 // Any recovery that may lack the last lease runs the remedy (a synchronous
                 // standby, `behind` 0, needs none).
-                if back > 0 {
+                s.switched_db = None;
+                s.switch_pending = false;
+                if remedy {
                     self.rewound.push((s.lineage, last_id));
                     let mark_id = assemble(
                         old_mark.max(0) as u64,
@@ -1622,6 +1831,39 @@ impl World {
             Ev::Slew(i, ppm) => self.servers[at(i)].rate_ppm = i64::from(ppm),
             Ev::Epoch(i, k) => {
                 self.restart(at(i), |s| s.epoch = EPOCHS[k as usize % EPOCHS.len()]);
+                self.clock_back(at(i));
+            }
+            Ev::SetFloor(i, per_mille) => {
+                let i = at(i);
+                let now = self.wall(i) - self.servers[i].epoch;
+                let s = &mut self.servers[i];
+                if s.up && s.floor_due.is_none() {
+                    let ahead = s.drift_ms * u64::from(per_mille.min(999)) / 1000;
+                    let ms = (now.max(0) as u64 + ahead).min(snowflake_core::layout::MAX_TIMESTAMP);
+                    let id = assemble(ms, s.node(), MAX_SEQUENCE);
+                    // snowflake_set_floor() returns once a lease above it is durable; IDs wait
+                    // for that lease meanwhile.
+                    if !matches!(
+                        s.shm.ensure_above(id, now, s.drift_ms),
+                        Err(FloorError::TooFarAhead { .. }) | Err(FloorError::Negative)
+                    ) {
+                        s.shm.want_lease();
+                        s.nap_until = self.t;
+                    }
+                }
+            }
+            Ev::Lose(a) => self.lose(at(a)),
+            Ev::SyncSwitch(i, behind) => {
+                let s = &mut self.servers[at(i)];
+                let len = s.history.len();
+                if s.up && len > 0 {
+                    let back = (behind as usize).min(len - 1);
+                    s.switched_db = Some(s.history[len - 1 - back].1.clone());
+                    s.switch_pending = true;
+                    if let Some(w) = s.worker.as_mut() {
+                        w.standbys_changed(&mut s.shm);
+                    }
+                }
             }
             Ev::Clone(a, b, behind) => self.clone_server(at(a), at(b), behind as usize),
             Ev::Relay(a, b, on) => {
@@ -1756,6 +1998,9 @@ impl World {
                 let correct = T0 + self.t as i64 - s.epoch;
                 let target = correct.max(last - s.drift_ms as i64 / 2);
                 s.offset_ms += target - wall_ms;
+                if target < wall_ms {
+                    self.clock_back(i);
+                }
                 self.tick(i);
                 self.flush(i);
                 self.call(i, 0)?;
@@ -1794,6 +2039,16 @@ fn ended_xids(table: &[Prepared], prepared: &[(u32, Vec<i64>)]) -> Vec<u32> {
         .iter()
         .map(|e| e.xid)
         .filter(|&x| x != 0 && !prepared.iter().any(|p| p.0 == x))
+        .collect()
+}
+
+/// The pairs a row of the claims says its server held: the one it names, its lease's, and
+/// those it left.
+fn pairs_named(r: &Row) -> Vec<(u32, u32)> {
+    std::iter::once(r.claim.lease_id)
+        .chain(r.left_pairs.iter().copied())
+        .filter_map(|id| decompose(id).ok().map(|p| (p.datacenter, p.worker)))
+        .chain([(r.claim.datacenter, r.claim.worker)])
         .collect()
 }
 
@@ -1948,7 +2203,98 @@ pub fn schedule(seed: u64) -> (Knobs, Vec<Ev>) {
             events.splice(at..at, handover_burst(a, b, p));
         }
     }
+    // Issue 59, each in a quarter of the schedules, from streams of their own: a lost writer's
+    // pair handed over by the docs' procedure after its claims path stalled and its floor was
+    // raised; a standby made synchronous while it lagged, then a failover to it.
+    let mut lost = Prng::new(seed ^ 0x0059_1057_4a7d_0ff0);
+    if servers > 1 && lost.chance(250) {
+        let a = srv(&mut lost);
+        let h = (a + 1 + lost.below(servers as u64 - 1) as u8) % servers as u8;
+        let p = lost.below(PAIRS.len() as u64) as u8;
+        let ahead = [300, 600, 900][lost.below(3) as usize];
+        let at = lost.below(events.len() as u64 + 1) as usize;
+        events.splice(at..at, lost_writer_burst(a, h, p, ahead));
+    }
+    let mut switch = Prng::new(seed ^ 0x0059_5717_c4ed_5ba5);
+    if switch.chance(250) {
+        let a = srv(&mut switch);
+        let behind = 1 + switch.below(3) as u8;
+        let at = switch.below(events.len() as u64 + 1) as usize;
+        events.splice(at..at, sync_switch_burst(a, behind));
+    }
     (knobs, events)
+}
+
+/// Server `a` issues on pair `p`; its claims path to `h` stalls; a DBA raises its floor `ahead`
+/// per-mille of its drift ahead of its clock, and it issues above it; it is lost, and `h`, by
+/// the docs' procedure (retire, drop the path), moves onto `p` and issues (issue 59: on 1.7.0
+/// the next holder started at the claim it had seen plus 1 s, below the raise).
+fn lost_writer_burst(a: u8, h: u8, p: u8, ahead: u16) -> Vec<Ev> {
+    let mut burst = vec![Ev::Move(a, p)];
+    for _ in 0..3 {
+        burst.extend([
+            Ev::Advance(400),
+            Ev::Tick(a),
+            Ev::Call(a, 0),
+            Ev::Tick(a),
+            Ev::Flush(a),
+        ]);
+    }
+    burst.extend([Ev::Tick(a), Ev::Call(a, 0), Ev::Advance(400), Ev::Tick(h)]);
+    burst.extend([
+        Ev::Stall(a, h),
+        Ev::SetFloor(a, ahead),
+        Ev::Tick(a),
+        Ev::Flush(a),
+    ]);
+    burst.extend([Ev::Tick(a), Ev::Call(a, 1), Ev::Call(a, 2), Ev::Lose(a)]);
+    burst.extend([Ev::Move(h, p), Ev::Advance(10), Ev::Tick(h)]);
+    for _ in 0..4 {
+        burst.extend([
+            Ev::Advance(400),
+            Ev::Tick(h),
+            Ev::Flush(h),
+            Ev::Tick(h),
+            Ev::Call(h, 0),
+        ]);
+    }
+    burst
+}
+
+/// Server `a` issues on a floor raised ahead of its clock; `synchronous_standby_names` is
+/// switched to a standby `behind` commits behind; `a` is called, and fails over to that
+/// standby (issue 59: on 1.7.0 `a` kept issuing under the lease only the former standby had).
+fn sync_switch_burst(a: u8, behind: u8) -> Vec<Ev> {
+    let mut burst = vec![
+        Ev::Tick(a),
+        Ev::Call(a, 0),
+        Ev::Tick(a),
+        Ev::Flush(a),
+        Ev::Tick(a),
+    ];
+    burst.extend([
+        Ev::Call(a, 0),
+        Ev::SetFloor(a, 500),
+        Ev::Tick(a),
+        Ev::Flush(a),
+        Ev::Tick(a),
+    ]);
+    burst.extend([
+        Ev::Call(a, 1),
+        Ev::SyncSwitch(a, behind),
+        Ev::Call(a, 2),
+        Ev::Rewind(a, 0),
+    ]);
+    for _ in 0..3 {
+        burst.extend([
+            Ev::Advance(10),
+            Ev::Tick(a),
+            Ev::Flush(a),
+            Ev::Tick(a),
+            Ev::Call(a, 0),
+        ]);
+    }
+    burst
 }
 
 /// Server `a` holds pair `p` and stops; the DBA drops its claims subscription at `b` (as the
@@ -2307,6 +2653,55 @@ mod tests {
         assert!(w.servers[0]
             .start_backlog
             .contains(&(w.servers[1].sysid, (3, 7))));
+        assert!(w.tail().is_ok());
+    }
+
+    /// Issue 59: server 0 issues on (3, 7), its claims path to 1 stalls, its floor is raised
+    /// 6 s ahead of its clock (drift 10 s) and it issues there; it is lost, and 1 takes the pair
+    /// by the docs' procedure. 1 continues above 0's IDs (on 1.7.0 it started at the claim it
+    /// had seen plus 1 s, below them: `make sim-mutants SIM_MUTANT='lost writer'`).
+    #[test]
+    fn a_lost_writers_pair_handed_over_continues_above_its_ids() {
+        let mut knobs = schedule(1).0;
+        (knobs.servers, knobs.lag_ms, knobs.max_drift_ms) = (2, 50, 10_000);
+        let mut events = vec![Ev::Advance(10), Ev::Tick(0), Ev::Tick(1), Ev::Advance(500)];
+        events.extend(lost_writer_burst(0, 1, 3, 600));
+        let mut w = World::new(knobs);
+        for &ev in &events {
+            w.step(ev).expect("no invariant broken");
+        }
+        let raised = w.lost[0].pair_max[&(3, 7)];
+        let clock = T0 + w.t as i64 - EPOCH;
+        assert!(
+            decompose(raised).unwrap().ms as i64 > clock,
+            "0 issued ahead"
+        );
+        let taker = w.lineage_pair_max[&(w.servers[1].lineage, 3, 7)];
+        assert!(taker > raised, "1 issued on the pair, above 0's IDs");
+        assert!(w.tail().is_ok());
+    }
+
+    /// Issue 59: server 0 issues on a floor raised ahead of its clock; its synchronous standby
+    /// is switched to one a commit behind (without the last lease), and it fails over to it.
+    /// The call after the switch waits for a lease the new standby confirms, so the DBA runs
+    /// the recipe (no ID since the switch), and nothing repeats (with the grant kept, the call
+    /// issues, the standby is trusted, and its IDs repeat: `make sim-mutants
+    /// SIM_MUTANT='switch of the synchronous'`).
+    #[test]
+    fn a_failover_to_a_standby_made_synchronous_while_it_lagged_repeats_nothing() {
+        let mut knobs = schedule(1).0;
+        (knobs.servers, knobs.lag_ms, knobs.max_drift_ms) = (2, 50, 10_000);
+        let mut events = vec![Ev::Advance(10), Ev::Tick(0), Ev::Tick(1), Ev::Advance(500)];
+        events.extend(sync_switch_burst(0, 1));
+        let mut w = World::new(knobs);
+        for &ev in &events[..events.len() - 16] {
+            w.step(ev).expect("no invariant broken");
+        }
+        assert!(w.servers[0].switch_pending, "no ID after the switch");
+        for &ev in &events[events.len() - 16..] {
+            w.step(ev).expect("no invariant broken");
+        }
+        assert_eq!(w.rewound.len(), 1, "the recipe ran");
         assert!(w.tail().is_ok());
     }
 
