@@ -190,9 +190,9 @@ pub fn handover_floor(
 }
 
 /// The claims of other servers that hold our pair, by their row or by their lease (an ID of our
-/// pair: see `handover_floor`), and that say their server may have issued there (a lease).
-/// Whoever issues on our pair after one of them stopped being a conflict (it expired, it was
-/// retired) takes the pair over from it: see [`reach_ms`].
+/// pair: see `handover_floor`). A row with no lease yet counts too: its server may have issued
+/// since it was written. Whoever issues on our pair after one of them stopped being a conflict
+/// (it expired, it was retired) takes the pair over from it: see [`reach_ms`].
 pub fn holders_of_our_pair(
     me: i64,
     datacenter: u32,
@@ -201,11 +201,12 @@ pub fn holders_of_our_pair(
 ) -> impl Iterator<Item = &Claim> {
     claims
         .iter()
-        .filter(move |c| c.system_identifier != me && c.lease_id > 0)
+        .filter(move |c| c.system_identifier != me)
         .filter(move |c| {
             (c.datacenter, c.worker) == (datacenter, worker)
-                || decompose(c.lease_id)
-                    .is_ok_and(|p| (p.datacenter, p.worker) == (datacenter, worker))
+                || (c.lease_id > 0
+                    && decompose(c.lease_id)
+                        .is_ok_and(|p| (p.datacenter, p.worker) == (datacenter, worker)))
         })
 }
 

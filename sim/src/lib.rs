@@ -2042,12 +2042,16 @@ fn ended_xids(table: &[Prepared], prepared: &[(u32, Vec<i64>)]) -> Vec<u32> {
         .collect()
 }
 
-/// The pairs a row of the claims says its server held: the one it names, its lease's, and
-/// those it left.
+/// The pairs a row of the claims says its server holds: the one it names, and its lease's. (A
+/// pair it left is not one: its entry there is exact, and a return to it that no claim told of
+/// is the docs' limit of a holder lost before its claim on a pair reached anyone.)
 fn pairs_named(r: &Row) -> Vec<(u32, u32)> {
-    std::iter::once(r.claim.lease_id)
-        .chain(r.left_pairs.iter().copied())
-        .filter_map(|id| decompose(id).ok().map(|p| (p.datacenter, p.worker)))
+    let leased = (r.claim.lease_id > 0)
+        .then(|| decompose(r.claim.lease_id).ok())
+        .flatten()
+        .map(|p| (p.datacenter, p.worker));
+    leased
+        .into_iter()
         .chain([(r.claim.datacenter, r.claim.worker)])
         .collect()
 }
