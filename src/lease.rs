@@ -575,6 +575,28 @@ fn renew(worker: &mut Worker, settings: &Settings, now_ms: u64) {
     // Written, or a mark followed without a write: the errors name its epoch.
     GENERATOR.exclusive().recorded_epoch_ms = worker.recorded_epoch_ms();
     report_outside_mark(plan.mark_unix_ms, plan.found);
+    // Confirmed by the standbys of then: still those of now (rule 9)?
+    if written.is_some() {
+        look_at_standbys(worker);
+    }
+}
+
+/// Tells the protocol who confirms commits here now (rule 9): if they changed since the last
+/// look, the lease is taken back until a renewal they confirmed. Looked at after every nap (a
+/// reload wakes the worker) and after every lease commit.
+fn look_at_standbys(worker: &mut Worker) {
+    let seen = crate::syncrep::standbys_now();
+    let before = worker.standbys().cloned();
+    let changed = worker.standbys_seen(seen.clone(), &mut GENERATOR.exclusive().state);
+    if let (true, Some(before)) = (changed, before) {
+        log!(
+            "snowflake: the synchronous standbys changed (synchronous_standby_names '{}', synchronous walsenders {:?}; before: '{}', {:?}); no ID is issued until they have confirmed a lease",
+            seen.names,
+            seen.pids,
+            before.names,
+            before.pids
+        );
+    }
 }
 
 /// What to do while the start's gate waits for a claims subscription that does not move.
@@ -714,6 +736,7 @@ pub extern "C-unwind" fn snowflake_lease_worker_main(_arg: pg_sys::Datum) {
         );
     }
 
+    look_at_standbys(&mut worker);
     // The protocol decides what to do next ([`crate::core::worker`]); this loop does it.
     let started = Instant::now();
     loop {
@@ -787,6 +810,7 @@ pub extern "C-unwind" fn snowflake_lease_worker_main(_arg: pg_sys::Datum) {
             Todo::Nap(ms) => {
                 nap(Duration::from_millis(ms));
                 reload_if_asked();
+                look_at_standbys(&mut worker);
             }
         }
         // A lease granted by this step (a renewal, a held one at a refresh), for the health check.

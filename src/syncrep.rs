@@ -13,7 +13,10 @@
 //! it is covered. PostgreSQL's own checks, in its order: no wait when no walsender may run
 //! (`max_wal_senders = 0`: `SyncRepRequested()` is false) or no synchronous standby is defined.
 
+use crate::core::worker::Standbys;
+use pgrx::bgworkers::BackgroundWorker;
 use pgrx::pg_sys;
+use pgrx::spi::Spi;
 use std::ffi::CStr;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -67,6 +70,36 @@ pub fn wait_for_last_commit() {
         }
         pgrx::check_for_interrupts!();
     }
+}
+
+/// Who confirms a commit here now ([`crate::core::worker`], rule 9), in a transaction of its
+/// own: this process's `synchronous_standby_names` (read again after each SIGHUP) and the
+/// walsenders PostgreSQL's own rules count as synchronous for it (`sync` with a priority list,
+/// `quorum` with `ANY`), as `pg_stat_replication` shows them.
+pub fn standbys_now() -> Standbys {
+    BackgroundWorker::transaction(|| {
+        let names = Spi::get_one::<String>(
+            "SELECT pg_catalog.current_setting('synchronous_standby_names')",
+        )
+        .expect("read synchronous_standby_names")
+        .unwrap_or_default();
+        let pids = Spi::connect(|client| {
+            client
+                .select(
+                    "SELECT pid, sync_state FROM pg_catalog.pg_stat_replication ORDER BY pid",
+                    None,
+                    &[],
+                )
+                .expect("read pg_stat_replication")
+                .filter_map(|row| {
+                    let pid = row.get::<i32>(1).ok().flatten()?;
+                    let state = row.get::<String>(2).ok().flatten()?;
+                    matches!(state.as_str(), "sync" | "quorum").then_some(pid)
+                })
+                .collect()
+        });
+        Standbys { names, pids }
+    })
 }
 
 /// Whether `lsn` needs no confirmation or has it, as `SyncRepWaitForLSN` decides whether to wait

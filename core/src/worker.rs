@@ -294,6 +294,18 @@ pub struct Worker {
     /// The claims of other servers on this server's pair taken over in this life (rule 8), by
     /// system identifier and version.
     taken: Vec<(i64, i64)>,
+    /// The synchronous standbys at the last look (rule 9); `None` before the first in this life.
+    standbys: Option<Standbys>,
+}
+
+/// Who confirms a commit here (rule 9), as the lease worker reads it: its
+/// `synchronous_standby_names`, and the walsenders the server counts as synchronous (`sync` or
+/// `quorum` in `pg_stat_replication`) by process ID, so that a standby that reconnected is a new
+/// one (it may have come back from older WAL).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Standbys {
+    pub names: String,
+    pub pids: Vec<i32>,
 }
 
 impl Worker {
@@ -356,6 +368,7 @@ impl Worker {
             held: None,
             unreplicated: None,
             taken: Vec::new(),
+            standbys: None,
         };
         (worker, below)
     }
@@ -759,6 +772,26 @@ impl Worker {
         state.revoke_lease();
         self.held = None;
         self.unreplicated = None;
+    }
+
+    /// The synchronous standbys as the glue reads them now (rule 9), at every nap and after
+    /// every lease commit, before the lease is used further: when they differ from the last
+    /// look, [`Worker::standbys_changed`]. The first look of a life counts as a change (a worker
+    /// restarted while the server runs keeps the lease its predecessor was granted, under
+    /// standbys it cannot know): one more renewal. Returns whether the lease was taken back.
+    pub fn standbys_seen(&mut self, mut seen: Standbys, state: &mut State) -> bool {
+        seen.pids.sort_unstable();
+        let changed = self.standbys.as_ref() != Some(&seen);
+        if changed {
+            self.standbys_changed(state);
+            self.standbys = Some(seen);
+        }
+        changed
+    }
+
+    /// The synchronous standbys at the last look, if there was one in this life.
+    pub fn standbys(&self) -> Option<&Standbys> {
+        self.standbys.as_ref()
     }
 
     /// Whether a committed lease awaits the synchronous standbys' confirmation.
@@ -1333,6 +1366,38 @@ mod tests {
         assert!(!w.awaits_standbys());
         assert!(!w.replicated((write.mark_unix_ms, Some(EPOCH)), &mut s));
         assert_eq!(s.lease(), Some(0));
+    }
+
+    /// Rule 9 as the glue looks (issue 59): the first look of a life and every look that
+    /// differs take the lease back, in names or in walsenders (whatever their order); the same
+    /// standbys again keep it.
+    #[test]
+    fn a_look_at_other_standbys_takes_the_lease_back() {
+        let (mut s, mut w, write) = first_lease_at_20s();
+        let looks = |names: &str, pids: &[i32]| Standbys {
+            names: names.into(),
+            pids: pids.to_vec(),
+        };
+        assert!(w.standbys_seen(looks("s1", &[7, 3]), &mut s), "first look");
+        assert!(committed(
+            &mut w,
+            &mut s,
+            1,
+            &write,
+            write.mark_unix_ms,
+            write.looked_unix_ms
+        ));
+        let now = write.lease_ms as i64 - 1_000;
+        assert!(!w.standbys_seen(looks("s1", &[3, 7]), &mut s));
+        assert!(matches!(s.next(now, node(2), 10_000), Ok(Step::Issued(_))));
+        for (names, pids) in [("s2", &[3, 7][..]), ("s2", &[3, 8][..]), ("s2", &[3][..])] {
+            assert!(w.standbys_seen(looks(names, pids), &mut s));
+            assert!(
+                matches!(s.next(now, node(2), 10_000), Ok(Step::WaitLease { .. })),
+                "{names} {pids:?}"
+            );
+            s.grant_lease(write.lease_ms);
+        }
     }
 
     /// Rule 8 (issue 59): server 7 held our pair; its claims path stalled, a DBA raised its

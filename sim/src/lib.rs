@@ -42,7 +42,7 @@ use snowflake_core::horizon::{
 };
 use snowflake_core::layout::{assemble, decompose, Node, MAX_SEQUENCE};
 use snowflake_core::lease::stands_above;
-use snowflake_core::worker::{AtStart, GateEnd, Refreshed, Settings, Todo, Worker};
+use snowflake_core::worker::{AtStart, GateEnd, Refreshed, Settings, Standbys, Todo, Worker};
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::fmt;
 
@@ -1860,8 +1860,14 @@ impl World {
                     let back = (behind as usize).min(len - 1);
                     s.switched_db = Some(s.history[len - 1 - back].1.clone());
                     s.switch_pending = true;
+                    // What the glue reads at its next look: other standbys' names (the
+                    // switch's time names them).
+                    let seen = Standbys {
+                        names: format!("s{}", self.t),
+                        pids: Vec::new(),
+                    };
                     if let Some(w) = s.worker.as_mut() {
-                        w.standbys_changed(&mut s.shm);
+                        w.standbys_seen(seen, &mut s.shm);
                     }
                 }
             }
