@@ -1835,3 +1835,112 @@ fn mesh_add_ends_beside_subscriptions_for_all_sequences() {
         assert_no_conflicts(c);
     }
 }
+
+/// Issue 59, the hand-over of a lost writer's pair: A (1/5) issues; its claims path to H stalls
+/// (its walsender stopped: a network hiccup, nothing in H's log); on A a DBA raises the floor
+/// 20 s ahead and A issues 3,000 IDs, all in one renewal H never sees; A is lost. On H the DBA
+/// does what multi-writer.md says for a server that is gone: retires its claim, disables the
+/// path, and moves H onto 1/5. H issues above every ID A issued (1.7.0 started from its copy of
+/// A's claim plus 1 s, 17.5 s below), at the price the docs give: up to `max_clock_drift` ahead.
+#[test]
+fn a_lost_writers_pair_handed_over_continues_above_every_id_it_issued() {
+    let drift = "snowflake.max_clock_drift = '1min'";
+    let mut a = node("lost-a", 1, 5);
+    a.conf(drift);
+    a.start();
+    a.sql("CREATE EXTENSION snowflake; CREATE PUBLICATION pub FOR TABLE _snowflake.claims");
+    let mut h = node("lost-h", 1, 6);
+    h.conf(drift);
+    h.start();
+    h.sql("CREATE EXTENSION snowflake");
+    h.sql(&format!(
+        "CREATE SUBSCRIPTION sub_from_a CONNECTION '{}' PUBLICATION pub WITH (copy_data = true)",
+        a.conninfo()
+    ));
+    let a_sysid = sysid(&a);
+    let ids = |c: &Cluster, n: u32| -> Vec<i64> {
+        c.sql(&format!(
+            "SELECT snowflake_nextval() FROM generate_series(1, {n})"
+        ))
+        .lines()
+        .map(|l| l.parse().unwrap())
+        .collect()
+    };
+    // H has A's claim with a lease of A's.
+    let before = ids(&a, 1000);
+    h.wait_for(
+        &format!(
+            "SELECT lease_id >= {} FROM _snowflake.claims WHERE system_identifier = {a_sysid}",
+            before[0]
+        ),
+        "t",
+        30,
+    );
+    // The path stalls.
+    let walsender =
+        a.sql_i64("SELECT pid FROM pg_stat_replication WHERE application_name = 'sub_from_a'");
+    let kill = |sig: &str| {
+        let ok = std::process::Command::new("kill")
+            .args([sig, &walsender.to_string()])
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "kill {sig} {walsender}");
+    };
+    kill("-STOP");
+    let seen_by_h = h.sql_i64(&format!(
+        "SELECT lease_id FROM _snowflake.claims WHERE system_identifier = {a_sysid}"
+    ));
+    // The raise, and one renewal's worth of IDs under it.
+    a.sql("SELECT snowflake_set_floor(snowflake_max_id(now() + interval '20 s'))");
+    let mut issued = before;
+    issued.extend(ids(&a, 3000));
+    let a_last = *issued.iter().max().unwrap();
+    // A is lost with everything H had not received: its walsender dies unheard, then A.
+    kill("-KILL");
+    a.stop("immediate");
+    assert_eq!(
+        h.sql_i64(&format!(
+            "SELECT lease_id FROM _snowflake.claims WHERE system_identifier = {a_sysid}"
+        )),
+        seen_by_h,
+        "H saw A's claim move after the stall"
+    );
+    assert!(
+        seen_by_h < a_last,
+        "the raise was seen by H, nothing to test"
+    );
+    // The docs' steps for a server that is gone, then H moves onto A's pair.
+    h.sql(&format!(
+        "UPDATE _snowflake.claims SET retired = true WHERE system_identifier = {a_sysid}"
+    ));
+    h.sql("ALTER SUBSCRIPTION sub_from_a DISABLE");
+    h.conf("snowflake.worker_id = 5");
+    h.stop("fast");
+    h.start();
+    assert!(eventually(30, || h
+        .try_sql("SELECT snowflake_nextval()")
+        .is_ok()));
+    let taken = ids(&h, 3000);
+    let first = *taken.iter().min().unwrap();
+    let issued: std::collections::HashSet<i64> = issued.into_iter().collect();
+    let equal = taken.iter().filter(|id| issued.contains(id)).count();
+    let ms = |id: i64| id >> 22;
+    eprintln!(
+        "A's last ID {a_last}, H's copy of A's claim {seen_by_h}, H's first ID on A's pair {first} ({} ms above A's last); equal: {equal}",
+        ms(first) - ms(a_last)
+    );
+    assert_eq!(equal, 0, "{equal} of H's IDs were A's");
+    assert!(
+        first > a_last,
+        "H's first ID {first} on A's pair is {} ms below A's last, {a_last}",
+        ms(a_last) - ms(first)
+    );
+    // The price: no further ahead of H's clock than its max_clock_drift.
+    assert_eq!(
+        h.sql(&format!(
+            "SELECT to_timestamp((({first} >> 22) + 1288834974657) / 1000.0) <= now() + interval '1 min'"
+        )),
+        "t"
+    );
+}
