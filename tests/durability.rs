@@ -757,3 +757,141 @@ fn failover_after_a_cancel_of_the_workers_synchronous_wait_repeats_nothing() {
 fn failover_after_a_terminate_of_the_workers_synchronous_wait_repeats_nothing() {
     failover_after_the_workers_synchronous_wait_is_interrupted("terminate");
 }
+
+/// Issue 59, item 2: `synchronous_standby_names` switched from s1 to s2 while s2 lagged (its
+/// walsender stopped). 1.7.0 went on issuing under the leases only s1 had confirmed, and a
+/// failover to s2 repeated them. Now the lease worker sees the switch and takes the lease back:
+/// while s2 lags, no ID is issued; once s2 has caught up, IDs flow again, and a failover to s2
+/// (its clock 8 s behind, so that it issues in the old primary's milliseconds) repeats none of
+/// the old primary's IDs, before the switch or after. What the docs say: once an ID was issued
+/// after the switch, the new standby has every lease the primary used.
+#[test]
+fn failover_to_a_standby_made_synchronous_while_it_lagged_repeats_nothing() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Mutex;
+    let mut primary = Cluster::new(
+        "switch-primary",
+        "snowflake.datacenter_id = 1\nsnowflake.worker_id = 2\nwal_level = replica",
+    );
+    primary.start();
+    primary.sql("CREATE EXTENSION snowflake");
+    // A call waiting for a lease gives up after 2 s (the worker ignores this setting).
+    primary.sql("ALTER DATABASE postgres SET statement_timeout = '2s'");
+    let mut s1 = Cluster::standby_of(&primary, "switch-s1");
+    s1.conf("cluster_name = 's1'");
+    s1.start();
+    let mut s2 = Cluster::standby_of(&primary, "switch-s2");
+    s2.conf("cluster_name = 's2'");
+    s2.fake_time(Some("-8s"));
+    s2.start();
+    assert!(s2.clock_offset_s() < -7.0, "s2's clock is not behind");
+    primary.sql("ALTER SYSTEM SET synchronous_standby_names = 's1'");
+    primary.sql("SELECT pg_reload_conf()");
+    primary.wait_for(
+        "SELECT string_agg(application_name || ':' || sync_state, ',' ORDER BY application_name) FROM pg_stat_replication",
+        "s1:sync,s2:async",
+        30,
+    );
+    let walsender =
+        primary.sql_i64("SELECT pid FROM pg_stat_replication WHERE application_name = 's2'");
+    let signal = |sig: &str| {
+        let ok = std::process::Command::new("kill")
+            .args([sig, &walsender.to_string()])
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "kill {sig} {walsender}");
+    };
+    let ids = |c: &Cluster| -> Result<Vec<i64>, String> {
+        c.try_sql("SELECT snowflake_nextval() FROM generate_series(1, 1000)")
+            .map(|out| out.lines().map(|l| l.parse().unwrap()).collect())
+            .map_err(|e| e.message)
+    };
+    let issued = || primary.sql_i64("SELECT ids_issued FROM snowflake_stats()");
+    let seen = "snowflake: the synchronous standbys changed";
+    // Batches that started after the worker saw the switch and before s2 caught up.
+    let switched = AtomicBool::new(false);
+    let caught_up = AtomicBool::new(false);
+    let stop = AtomicBool::new(false);
+    let while_lagging = Mutex::new(Vec::<i64>::new());
+    let old: Vec<i64> = thread::scope(|scope| {
+        let loads: Vec<_> = (0..2)
+            .map(|_| {
+                scope.spawn(|| {
+                    let mut got = Vec::new();
+                    while !stop.load(Ordering::Relaxed) {
+                        let lagging =
+                            switched.load(Ordering::SeqCst) && !caught_up.load(Ordering::SeqCst);
+                        let batch = ids(&primary).unwrap_or_default();
+                        if lagging {
+                            while_lagging.lock().unwrap().extend(&batch);
+                        }
+                        got.extend(batch);
+                    }
+                    got
+                })
+            })
+            .collect();
+        // A failed assertion below ends the loads too (the scope joins them).
+        struct StopOnDrop<'a>(&'a AtomicBool);
+        impl Drop for StopOnDrop<'_> {
+            fn drop(&mut self) {
+                self.0.store(true, Ordering::Relaxed);
+            }
+        }
+        let _stop = StopOnDrop(&stop);
+        assert!(common::eventually(30, || issued() > 20_000));
+        // s2 falls behind, and the primary issues on.
+        signal("-STOP");
+        let at_stop = issued();
+        assert!(common::eventually(30, || issued() > at_stop + 20_000));
+        // s1 is lost; the DBA makes s2 synchronous to restore service.
+        primary.sql("ALTER SYSTEM SET synchronous_standby_names = 's2'");
+        primary.sql("SELECT pg_reload_conf()");
+        assert!(
+            common::eventually(30, || primary.log().contains(seen)),
+            "the lease worker did not see the switch:\n{}",
+            primary.log()
+        );
+        switched.store(true, Ordering::SeqCst);
+        s1.stop("immediate");
+        // Until no lease granted before could still be used: its end has passed (1.7.0 used it
+        // up, about a second of IDs), or the lease was taken back.
+        assert!(common::eventually(30, || primary.sql(
+            "SELECT lease_until <= last_timestamp OR lease_until < now() FROM snowflake_node()"
+        ) == "t"));
+        let lagging_ids = while_lagging.lock().unwrap().len();
+        assert_eq!(
+            lagging_ids, 0,
+            "{lagging_ids} IDs issued after the switch under leases s2 does not have"
+        );
+        // s2 catches up: IDs flow again, under leases it confirmed.
+        caught_up.store(true, Ordering::SeqCst);
+        signal("-CONT");
+        let at_cont = issued();
+        assert!(common::eventually(60, || issued() > at_cont + 20_000));
+        drop(_stop);
+        loads.into_iter().flat_map(|h| h.join().unwrap()).collect()
+    });
+    primary.stop("immediate");
+    s2.promote();
+    assert!(common::eventually(60, || ids(&s2).is_ok()));
+    let old_max = old.iter().copied().max().unwrap();
+    let old: std::collections::HashSet<i64> = old.into_iter().collect();
+    let mut new = Vec::new();
+    let until = std::time::Instant::now() + Duration::from_secs(90);
+    while new.last().is_none_or(|&id| id <= old_max) {
+        assert!(
+            std::time::Instant::now() < until,
+            "the promoted standby did not pass the old primary's IDs"
+        );
+        new.extend(ids(&s2).unwrap());
+    }
+    let equal = new.iter().filter(|id| old.contains(id)).count();
+    eprintln!(
+        "the old primary issued {} IDs, the promoted s2 {}, equal: {equal}",
+        old.len(),
+        new.len()
+    );
+    assert_eq!(equal, 0, "{equal} of s2's IDs were the old primary's");
+}
