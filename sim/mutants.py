@@ -164,6 +164,9 @@ MUTANTS = [
     ("keep a lease granted across a switch of the synchronous standbys", [("worker.rs",
      "        state.revoke_lease();\n        self.held = None;",
      "        let _ = &state;\n        self.held = None;")], None),
+    ("see a switch of the synchronous standbys only at the first look of a life", [("worker.rs",
+     "        let changed = self.standbys.as_ref() != Some(&seen);",
+     "        let changed = self.standbys.is_none();")], None),
 ]
 
 

@@ -416,6 +416,12 @@ struct Server {
     /// lease the primary used (an ID after the switch waited for a lease it confirmed). A
     /// failover to it before runs the recipe.
     switch_pending: bool,
+    /// How many times `synchronous_standby_names` was switched (`Ev::SyncSwitch`): what the
+    /// glue reads at its look names the standbys by it.
+    standbys_gen: u64,
+    /// What the worker saw at its last look (the glue looks at the start, after every nap and
+    /// after every lease commit): the log line the docs' test of `switch_pending` reads.
+    standbys_looked: u64,
 }
 
 /// A server lost for good (`Ev::Lose`): the highest ID each of its lineages issued on each pair,
@@ -451,6 +457,18 @@ impl Server {
 
     /// Its worker reads the mark (at start, at a refresh, at a lease): a value someone else set
     /// is a floor from then on, in the milliseconds of the epoch it was written under.
+    /// The glue's look at the synchronous standbys (rule 9 of the core's worker).
+    fn look_at_standbys(&mut self) {
+        let seen = Standbys {
+            names: format!("s{}", self.standbys_gen),
+            pids: Vec::new(),
+        };
+        if let Some(w) = self.worker.as_mut() {
+            w.standbys_seen(seen, &mut self.shm);
+            self.standbys_looked = self.standbys_gen;
+        }
+    }
+
     fn read_mark(&mut self) {
         if self.db.mark != self.mark_seen {
             let epoch = self.db.mark_epoch.unwrap_or(self.epoch);
@@ -562,6 +580,8 @@ impl World {
                 silent_grant_above: None,
                 switched_db: None,
                 switch_pending: false,
+                standbys_gen: 0,
+                standbys_looked: 0,
             });
         }
         let paths = (0..n)
@@ -787,6 +807,7 @@ impl World {
         let node = s.node();
         let (worker, _) = Worker::start(s.epoch, &at, node, &mut s.shm);
         s.worker = Some(worker);
+        s.look_at_standbys();
         if let Some(floor_id) = s.remedy {
             self.raise_floor_after_failover(i, floor_id);
         }
@@ -911,7 +932,11 @@ impl World {
         }
         self.lineage_max[lineage] = id;
         self.servers[i].last_issued_at = Some(self.t);
-        self.servers[i].switch_pending = false;
+        // An ID after the worker's look at the switch (its log line): the docs' test.
+        let s = &mut self.servers[i];
+        if s.standbys_looked == s.standbys_gen {
+            s.switch_pending = false;
+        }
         let misinformed_now = self
             .misinformed
             .iter()
@@ -1196,6 +1221,7 @@ impl World {
                 }
                 Todo::Nap(ms) => {
                     s.nap_until = self.t + ms;
+                    s.look_at_standbys();
                     return;
                 }
             }
@@ -1367,6 +1393,7 @@ impl World {
             &settings,
             &mut s.shm,
         );
+        s.look_at_standbys();
     }
 
     /// The backend's transaction ends: committed, aborted or prepared, as the glue's transaction
@@ -1860,15 +1887,8 @@ impl World {
                     let back = (behind as usize).min(len - 1);
                     s.switched_db = Some(s.history[len - 1 - back].1.clone());
                     s.switch_pending = true;
-                    // What the glue reads at its next look: other standbys' names (the
-                    // switch's time names them).
-                    let seen = Standbys {
-                        names: format!("s{}", self.t),
-                        pids: Vec::new(),
-                    };
-                    if let Some(w) = s.worker.as_mut() {
-                        w.standbys_seen(seen, &mut s.shm);
-                    }
+                    // The worker sees it at its next look.
+                    s.standbys_gen += 1;
                 }
             }
             Ev::Clone(a, b, behind) => self.clone_server(at(a), at(b), behind as usize),
@@ -2292,6 +2312,9 @@ fn sync_switch_burst(a: u8, behind: u8) -> Vec<Ev> {
     burst.extend([
         Ev::Call(a, 1),
         Ev::SyncSwitch(a, behind),
+        // The worker's next look (its nap ends).
+        Ev::Advance(300),
+        Ev::Tick(a),
         Ev::Call(a, 2),
         Ev::Rewind(a, 0),
     ]);
