@@ -952,7 +952,8 @@ impl World {
                 other,
                 was_blind,
                 first_misinformed,
-            ) || self.out_of_sync(i, other, id);
+            ) || self.out_of_sync(i, other, id)
+                || self.unknown_holder(i, other, id);
             if !excused {
                 return Err(Violation::Duplicate {
                     id,
@@ -1074,6 +1075,26 @@ impl World {
     fn out_of_sync(&self, i: usize, other: usize, id: i64) -> bool {
         self.lost.iter().any(|l| {
             l.lineages.contains(&other) && decompose(id).is_ok_and(|p| p.ms as i64 > l.reach[i])
+        })
+    }
+
+    /// Whether `id`, issued before by lineage `other` of a server lost since, is on a pair that
+    /// server `i` never knew it held: its claim on that pair reached `i` neither before the loss
+    /// nor since. The docs' limit of a hand-over (DESIGN.md, "Where the next holder looks": a
+    /// holder lost before its claim on a new pair reached anyone is not known to hold it; the
+    /// recipe raises the taker's floor then). The lost pair's own check keeps the same condition.
+    fn unknown_holder(&self, i: usize, other: usize, id: i64) -> bool {
+        let Ok(p) = decompose(id) else {
+            return false;
+        };
+        let pair = (p.datacenter, p.worker);
+        self.lost.iter().any(|l| {
+            l.lineages.contains(&other)
+                && !l.known[i].contains(&pair)
+                && !self.servers[i]
+                    .db
+                    .row(self.servers[l.server].sysid)
+                    .is_some_and(|r| pairs_named(r).contains(&pair))
         })
     }
 
