@@ -172,11 +172,21 @@ fn the_exporter_sees_the_metrics_move_and_the_health_break() {
     let issued = get(&m, "snowflake_ids_issued");
     assert!(issued >= 0.0, "{m:?}");
 
-    // IDs issued.
+    // What a fleet's rules read: a server that issues (not a standby), its drift in force.
+    assert_eq!(get(&m, "snowflake_in_recovery"), 0.0, "{m:?}");
+    assert_eq!(get(&m, "snowflake_max_clock_drift_ms"), 2000.0, "{m:?}");
+
+    // IDs issued, and the last one's time in Unix seconds (against the server's clock).
     c.sql("SELECT count(snowflake_nextval()) FROM generate_series(1, 1000)");
-    exporter.until(20, "ids_issued up by 1000", |m| {
+    let m = exporter.until(20, "ids_issued up by 1000", |m| {
         get(m, "snowflake_ids_issued") >= issued + 1000.0
     });
+    let now = c.sql_i64("SELECT extract(epoch FROM now())::bigint") as f64;
+    let last = get(&m, "snowflake_last_id_time");
+    assert!(
+        (last - now).abs() < 30.0,
+        "last ID at {last}, now {now}: {m:?}"
+    );
 
     // The clock stepped back 60 s, beyond max_clock_drift: calls refused, a step seen, the last
     // ID ahead of the clock, and the health critical, saying why.
