@@ -422,7 +422,7 @@ pub fn lease_not_ready(waited: std::time::Duration, database: &str) -> ! {
                 "After a start, no ID is issued before every subscription that carries _snowflake.claims here has applied its publisher's end of WAL; they have not within {} s. The server log names those that do not move.",
                 waited.as_secs(),
             ),
-            crate::lease::GATE_HINT,
+            GATE_HINT,
         )
     } else if no_worker {
         // No worker has started since the server did: it has written nothing to the log.
@@ -492,3 +492,6 @@ fn quote_ident(name: &str) -> String {
         format!("\"{}\"", name.replace('"', "\"\""))
     }
 }
+
+/// What to do while the start's gate waits for a claims subscription that does not move.
+pub const GATE_HINT: &str = "Start the publisher, or fix the subscription (pg_stat_subscription, and the log of its apply worker). If its server is gone for good, retire its claim (UPDATE _snowflake.claims SET retired = true WHERE system_identifier = ...) and ALTER SUBSCRIPTION ... DISABLE: a subscription disabled at the start is not waited for.";

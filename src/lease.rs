@@ -599,9 +599,6 @@ fn look_at_standbys(worker: &mut Worker) {
     }
 }
 
-/// What to do while the start's gate waits for a claims subscription that does not move.
-pub const GATE_HINT: &str = "Start the publisher, or fix the subscription (pg_stat_subscription, and the log of its apply worker). If its server is gone for good, retire its claim (UPDATE _snowflake.claims SET retired = true WHERE system_identifier = ...) and ALTER SUBSCRIPTION ... DISABLE: a subscription disabled at the start is not waited for.";
-
 /// What to do about a mark that someone other than the lease worker lowered.
 const LOWERED_MARK_HINT: &str = "Leave _snowflake out of dumps and restores (pg_dump --exclude-schema=_snowflake); raise a floor with snowflake_set_floor(), never with setval.";
 
@@ -767,7 +764,7 @@ pub extern "C-unwind" fn snowflake_lease_worker_main(_arg: pg_sys::Datum) {
                             "After a start, IDs wait until each subscription that carries the claims here has applied its publisher's end of WAL, asked of the publisher; for {} s none of these moved towards it (its publisher down or unreachable, still decoding one large transaction, or its apply worker not applying).",
                             crate::core::fleet::CATCH_UP_LIMIT_MS / 1000
                         )),
-                        Some(GATE_HINT),
+                        Some(crate::generator::GATE_HINT),
                     ),
                     Some(GateEnd::CaughtUp { unproven }) if !unproven.is_empty() => {
                         errors::report(

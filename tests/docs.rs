@@ -243,6 +243,59 @@ fn no_recipe_waits_without_a_bound() {
 }
 
 /// The extension's source: Rust and SQL under src/.
+/// ARCHITECTURE.md's table of the glue's layers is true: no module of `src/` names a module of a
+/// higher layer in its code (doc comments aside), so the glue has no import cycle (1.7.0's
+/// generator named the lease worker's hint, tying four modules into one).
+#[test]
+fn the_glue_imports_only_downwards() {
+    let arch = fs::read_to_string(root().join("ARCHITECTURE.md")).unwrap();
+    let mut layer = HashMap::new();
+    for line in arch.lines() {
+        let cells: Vec<&str> = line.split('|').map(str::trim).collect();
+        if cells.len() < 4 {
+            continue;
+        }
+        let Ok(n) = cells[1].parse::<u32>() else {
+            continue;
+        };
+        for module in cells[2].split(',') {
+            layer.insert(module.trim().trim_matches('`').to_string(), n);
+        }
+    }
+    assert!(layer.len() >= 15, "{layer:?}");
+    let mut upward = Vec::new();
+    for entry in fs::read_dir(root().join("src")).unwrap() {
+        let path = entry.unwrap().path();
+        let module = path.file_stem().unwrap().to_string_lossy().to_string();
+        let (Some(&own), Some("rs")) = (
+            layer.get(&module),
+            path.extension().and_then(|e| e.to_str()),
+        ) else {
+            continue;
+        };
+        let text = fs::read_to_string(&path).unwrap();
+        for (i, line) in text.lines().enumerate() {
+            if line.trim_start().starts_with("//") {
+                continue;
+            }
+            for part in line.split("crate::").skip(1) {
+                let dep: String = part
+                    .chars()
+                    .take_while(|c| c.is_ascii_lowercase() || *c == '_')
+                    .collect();
+                if layer.get(&dep).is_some_and(|&l| l > own) {
+                    upward.push(format!(
+                        "src/{module}.rs:{}: {module} ({own}) names {dep} ({})",
+                        i + 1,
+                        layer[&dep]
+                    ));
+                }
+            }
+        }
+    }
+    assert!(upward.is_empty(), "imports upwards:\n{}", upward.join("\n"));
+}
+
 fn source_files() -> Vec<PathBuf> {
     let mut sources = Vec::new();
     for dir in ["src", "core/src"] {
