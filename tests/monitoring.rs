@@ -13,6 +13,22 @@ use std::process::{Child, Command, Stdio};
 
 const QUERY_FILE: &str = "monitoring/prometheus-postgres-exporter.yaml";
 
+/// The monitoring role's password: the exporter reads it from a file, and never logs it.
+const MONITOR_PASSWORD: &str = "xyzzy-monitor-secret";
+
+/// The cluster listens on 127.0.0.1 too, and asks `monitor` for its password there (as Debian's
+/// pg_hba.conf does over TCP): the exporter connects as the docs say, over TCP.
+fn listen_with_password(c: &mut Cluster) {
+    c.conf("listen_addresses = '127.0.0.1'");
+    let hba = c.data.join("pg_hba.conf");
+    let old = std::fs::read_to_string(&hba).unwrap();
+    std::fs::write(
+        &hba,
+        format!("host all monitor 127.0.0.1/32 scram-sha-256\n{old}"),
+    )
+    .unwrap();
+}
+
 /// The query file as the .deb of `make package` ships it, checked against the repository's.
 fn query_file_from_the_package(dir: &Path) -> PathBuf {
     let major = pg_major();
@@ -47,15 +63,18 @@ impl Exporter {
             .unwrap()
             .port();
         let log = c.dir.join("exporter.log");
+        let passfile = c.dir.join("monitor.pass");
+        std::fs::write(&passfile, MONITOR_PASSWORD).unwrap();
         // The command line of docs/operations.md, run as written (its own process group, so
         // that the exporter goes with the shell when dropped).
         let child = Command::new("bash")
             .arg("-c")
             .arg(readme_recipe("exporter"))
-            .env("PGHOST", &c.dir)
+            .env("PGHOST", "127.0.0.1")
             .env("PGPORT", c.port.to_string())
             .env("DB", "postgres")
             .env("QUERIES", queries)
+            .env("PASSFILE", &passfile)
             .env("LISTEN", format!("127.0.0.1:{port}"))
             .env_remove("DATA_SOURCE_NAME")
             .process_group(0)
@@ -148,8 +167,10 @@ fn the_exporter_sees_the_metrics_move_and_the_health_break() {
         "snowflake.worker_id = 3\nsnowflake.max_clock_drift = '2s'",
     );
     c.fake_time(None);
+    listen_with_password(&mut c);
     c.start();
     c.sql("CREATE EXTENSION snowflake; CREATE ROLE monitor LOGIN IN ROLE pg_monitor");
+    c.sql(&format!("ALTER ROLE monitor PASSWORD '{MONITOR_PASSWORD}'"));
     c.script(&common::readme_recipe("monitor-path")).unwrap();
     let queries = query_file_from_the_package(&c.dir);
     let exporter = Exporter::start(&c, &queries);
@@ -261,9 +282,24 @@ fn the_exporter_sees_the_metrics_move_and_the_health_break() {
         health(m, "lease_worker") == 0.0
     });
 
+    // The server goes away: the exporter logs its failed connections, never the password.
+    c.stop("fast");
+    assert!(
+        eventually(30, || {
+            let _ = exporter.scrape();
+            std::fs::read_to_string(&exporter.log).is_ok_and(|l| l.contains("127.0.0.1"))
+        }),
+        "no failed connection logged:\n{}",
+        std::fs::read_to_string(&exporter.log).unwrap_or_default()
+    );
+    let log = std::fs::read_to_string(&exporter.log).unwrap();
+    assert!(
+        !log.contains(MONITOR_PASSWORD),
+        "the exporter logged the password:\n{log}"
+    );
+
     // snowflake.database naming no database: critical at once, with the fix.
     drop(exporter);
-    c.stop("fast");
     c.conf("snowflake.database = 'nosuchdb'");
     c.start();
     let exporter = Exporter::start(&c, &queries);
