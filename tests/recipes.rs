@@ -6,9 +6,9 @@
 mod common;
 
 use common::{
-    blocks_of, called_functions, doc_blocks, extension_functions, overload_traps, plant_as,
-    readme_recipe, recipe_traps, unpinned_psql_calls, used_operators, without_comments, Cluster,
-    DocBlock, ExtFn, Traps, TRAP_RAN,
+    blocks_of, called_functions, doc_blocks, doc_files, extension_functions, overload_traps,
+    plant_as, readme_recipe, recipe_traps, unpinned_psql_calls, used_operators, without_comments,
+    Cluster, DocBlock, ExtFn, Traps, TRAP_RAN,
 };
 use std::fs;
 use std::path::Path;
@@ -28,6 +28,36 @@ fn every_psql_call_of_a_shell_block_pins_the_search_path() {
         "psql calls with the caller's search_path (pin it: PGOPTIONS=\"-c search_path=pg_catalog,pg_temp\"):\n{}",
         unpinned.join("\n")
     );
+}
+
+/// The inline code of the prose (a sentence, a table's cell) that runs a query with psql is a
+/// command a reader runs too, as superuser as often as not: pinned like a shell block's (1.7.0's
+/// checklist gave `psql -d DB -XAtc "SELECT ... FROM snowflake_node()"`, the caller's path).
+#[test]
+fn no_psql_query_in_the_prose_runs_with_the_callers_path() {
+    let mut unpinned = Vec::new();
+    for path in doc_files() {
+        let text = fs::read_to_string(&path).unwrap();
+        let mut fenced = false;
+        for (i, line) in text.lines().enumerate() {
+            if line.trim_start().starts_with("```") {
+                fenced = !fenced;
+                continue;
+            }
+            // The odd pieces between backticks are the inline code spans.
+            for span in line.split('`').skip(1).step_by(2) {
+                let query = span.contains("psql ")
+                    && span.split_whitespace().any(|w| {
+                        w == "--command"
+                            || (w.starts_with('-') && !w.starts_with("--") && w.contains('c'))
+                    });
+                if !fenced && query && !span.contains("search_path=pg_catalog,pg_temp") {
+                    unpinned.push(format!("{}:{}: {span}", path.display(), i + 1));
+                }
+            }
+        }
+    }
+    assert!(unpinned.is_empty(), "{}", unpinned.join("\n"));
 }
 
 /// The check above finds what it is for, on mutants of the README: the configure recipe's
