@@ -196,6 +196,11 @@ fn the_exporter_sees_the_metrics_move_and_the_health_break() {
     // What a fleet's rules read: a server that issues (not a standby), its drift in force.
     assert_eq!(get(&m, "snowflake_in_recovery"), 0.0, "{m:?}");
     assert_eq!(get(&m, "snowflake_max_clock_drift_ms"), 2000.0, "{m:?}");
+    assert_eq!(
+        get(&m, "snowflake_lease_worker_pid"),
+        c.sql_i64("SELECT lease_worker_pid FROM snowflake_node()") as f64,
+        "{m:?}"
+    );
 
     // IDs issued, and the last one's time in Unix seconds (against the server's clock).
     c.sql("SELECT count(snowflake_nextval()) FROM generate_series(1, 1000)");
