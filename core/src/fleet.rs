@@ -754,6 +754,24 @@ mod tests {
         }
     }
 
+    /// Who holds our pair (0, 0) for a take-over (rule 8 of the worker): a row that names it,
+    /// with a lease or none yet; a row of another pair whose lease is an ID of ours (a server
+    /// that moved away after issuing here); not a row of another pair with no lease (whose
+    /// lease 0 would decompose to (0, 0)), nor our own.
+    #[test]
+    fn the_holders_of_our_pair_are_named_by_their_row_or_by_their_lease() {
+        let on_ours_no_lease = claim(7, 0, 0, 1);
+        let mut moved_away = claim(8, 3, 1, 1);
+        moved_away.lease_id = assemble(5_000, Node::new(0, 0).unwrap(), 3);
+        let elsewhere_no_lease = claim(9, 3, 1, 1);
+        let ours = claim(1, 0, 0, 1);
+        let claims = [on_ours_no_lease, moved_away, elsewhere_no_lease, ours];
+        let holders: Vec<i64> = holders_of_our_pair(1, 0, 0, &claims)
+            .map(|c| c.system_identifier)
+            .collect();
+        assert_eq!(holders, vec![7, 8]);
+    }
+
     const NOW: i64 = 1_800_000_000_000;
     const EXPIRY: u64 = 60_000;
     const ALL_LIVE: fn(&Claim) -> bool = |_| true;
