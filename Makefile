@@ -69,8 +69,8 @@ install: deps-build
 	$(SUDO) env PATH="$$PATH" HOME="$$HOME" $(RELEASE_ENV) $(CARGO) pgrx install --release --pg-config $(PG_CONFIG) $(FEATURES)
 	$(SUDO) install -m 644 sql/snowflake--*.sql "$$($(PG_CONFIG) --sharedir)/extension/"
 
-# An installable .deb under target/ (no Rust needed where it is installed), and its -dbgsym
-# package: target/postgresql-NN-snowflake_<version>-$(DEB_REVISION)_<arch>.deb. The revision and
+# An installable .deb under target/ ($CARGO_TARGET_DIR where it is set, here and below; no Rust
+# needed where it is installed), and its -dbgsym package: target/postgresql-NN-snowflake_<version>-$(DEB_REVISION)_<arch>.deb. The revision and
 # the maintainer are the packager's to set: `make package PG_MAJOR=16 DEB_REVISION=2
 # DEB_MAINTAINER='Jane Doe <jane@example.org>'` (the default is this project's own name).
 DEB_REVISION ?= 1
@@ -145,7 +145,7 @@ unit:
 # The horizon's slots over every interleaving of backends and a reader (core/src/horizon.rs,
 # `loom_tests`), in a build of their own: --cfg loom swaps the slots' atomics for loom's.
 loom:
-	RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom $(CARGO) test --release -p snowflake-core --lib loom_tests
+	RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=$(TARGET_DIR)/loom $(CARGO) test --release -p snowflake-core --lib loom_tests
 
 # The deterministic simulator (sim/, CONTRIBUTING.md "The simulator"): `make sim` runs schedules
 # from a random seed for SIM_SECONDS (default 60) and is what a contributor runs before a
@@ -214,7 +214,7 @@ suite-major:
 	  SNOWFLAKE_UPGRADE_FROM_PG_CONFIGS="$$(for m in $(if $(RUNS_UPGRADES),$(UPGRADE_SOURCES)); do scripts/pg.sh $$m; done)" \
 	  $(CARGO) nextest run --test '*' $(if $(NEXTEST_THREADS),--test-threads $(NEXTEST_THREADS)) \
 	    $(if $(SUITE_FILTER),-E '$(SUITE_FILTER)'); \
-	  rc=$$?; cp target/nextest/default/junit.xml target/nextest/junit-pg$(PG_MAJOR).xml 2>/dev/null; exit $$rc
+	  rc=$$?; cp $(TARGET_DIR)/nextest/default/junit.xml $(TARGET_DIR)/nextest/junit-pg$(PG_MAJOR).xml 2>/dev/null; exit $$rc
 
 # What make test runs of the SQL suite on each major: everything on the oldest and the newest,
 # and on the others the files that cover code or behaviour that differs there (CONTRIBUTING.md
