@@ -36,7 +36,7 @@ CARGO := $(CURDIR)/scripts/cargo
 DEPS_LEVELS := build package unit demo test bench
 
 .PHONY: deps $(addprefix deps-,$(DEPS_LEVELS)) install pg-config demo test test-all test-steps test-major prepare-major suite-major unit glue-unit \
-  upgrade-source previous-package citus lint bench package rpm clean sim sim-budget sim-regressions sim-mutants loom mutants \
+  upgrade-source previous-package citus lint bench package rpm reproducible clean sim sim-budget sim-regressions sim-mutants loom mutants \
   check-install
 
 # What each target needs, installed where it is missing: `deps-build` for `install`, and so on
@@ -96,6 +96,12 @@ rpm: deps-package
 	@PG_MAJOR=$(PG_MAJOR) PG_CONFIG=$(PG_CONFIG) $(RELEASE_ENV) \
 	  RPM_RELEASE='$(RPM_RELEASE)' RPM_PACKAGER='$(RPM_PACKAGER)' scripts/rpm.sh
 
+# The same commit gives byte-identical packages: HEAD cloned twice, each clone's `make package rpm`
+# from nothing (other directories, target directories, time zones and umasks), every .deb and RPM
+# compared with cmp (scripts/reproducible.sh). Two release builds of the major.
+reproducible: deps-package
+	@PG_MAJOR=$(PG_MAJOR) PG_CONFIG=$(PG_CONFIG) scripts/reproducible.sh
+
 # A benchmark, not a test: prints and writes bench/results/, never fails on a time.
 bench: deps-bench install citus
 	PG_MAJOR=$(PG_MAJOR) PG_CONFIG=$(PG_CONFIG) python3 bench/bench.py
@@ -118,8 +124,10 @@ test-all:
 # The majors are built one after another, and their SQL suites run one after another, but each
 # major's suite runs while the next major builds: a build keeps about one core busy (its last
 # step, the LTO link, is one process), a suite mostly waits. So -j2, and a chain of each kind.
+# Last, the first major's packages built twice from nothing and compared (make reproducible).
 test-steps: unit glue-unit sim-budget sim-regressions loom
 	@$(MAKE) --no-print-directory -j2 --output-sync=target $(addprefix suite-,$(TEST_MAJORS)) SUITE=$(SUITE)
+	@$(call timed,reproducible packages of PostgreSQL $(firstword $(TEST_MAJORS)),$(MAKE) --no-print-directory reproducible PG_MAJOR=$(firstword $(TEST_MAJORS)))
 
 # built-NN: major NN built, installed and packaged; suite-NN: its SQL suite. Each waits for the
 # one of the major before it ($(MAJOR_PAIRS): "15:16 16:17 ...").
