@@ -36,7 +36,7 @@ CARGO := $(CURDIR)/scripts/cargo
 DEPS_LEVELS := build package unit demo test bench
 
 .PHONY: deps $(addprefix deps-,$(DEPS_LEVELS)) install pg-config demo test test-all test-steps test-major prepare-major suite-major unit glue-unit \
-  upgrade-source previous-package citus lint bench package rpm clean sim sim-budget sim-regressions sim-mutants loom mutants \
+  upgrade-source previous-package citus lint bench package rpm reproducible clean sim sim-budget sim-regressions sim-mutants loom mutants \
   check-install
 
 # What each target needs, installed where it is missing: `deps-build` for `install`, and so on
@@ -69,8 +69,8 @@ install: deps-build
 	$(SUDO) env PATH="$$PATH" HOME="$$HOME" $(RELEASE_ENV) $(CARGO) pgrx install --release --pg-config $(PG_CONFIG) $(FEATURES)
 	$(SUDO) install -m 644 sql/snowflake--*.sql "$$($(PG_CONFIG) --sharedir)/extension/"
 
-# An installable .deb under target/ (no Rust needed where it is installed), and its -dbgsym
-# package: target/postgresql-NN-snowflake_<version>-$(DEB_REVISION)_<arch>.deb. The revision and
+# An installable .deb under target/ ($CARGO_TARGET_DIR where it is set, here and below; no Rust
+# needed where it is installed), and its -dbgsym package: target/postgresql-NN-snowflake_<version>-$(DEB_REVISION)_<arch>.deb. The revision and
 # the maintainer are the packager's to set: `make package PG_MAJOR=16 DEB_REVISION=2
 # DEB_MAINTAINER='Jane Doe <jane@example.org>'` (the default is this project's own name).
 DEB_REVISION ?= 1
@@ -96,6 +96,12 @@ rpm: deps-package
 	@PG_MAJOR=$(PG_MAJOR) PG_CONFIG=$(PG_CONFIG) $(RELEASE_ENV) \
 	  RPM_RELEASE='$(RPM_RELEASE)' RPM_PACKAGER='$(RPM_PACKAGER)' scripts/rpm.sh
 
+# The same commit gives byte-identical packages: HEAD cloned twice, each clone's `make package rpm`
+# from nothing (other directories, target directories, time zones and umasks), every .deb and RPM
+# compared with cmp (scripts/reproducible.sh). Two release builds of the major.
+reproducible: deps-package
+	@PG_MAJOR=$(PG_MAJOR) PG_CONFIG=$(PG_CONFIG) scripts/reproducible.sh
+
 # A benchmark, not a test: prints and writes bench/results/, never fails on a time.
 bench: deps-bench install citus
 	PG_MAJOR=$(PG_MAJOR) PG_CONFIG=$(PG_CONFIG) python3 bench/bench.py
@@ -118,8 +124,10 @@ test-all:
 # The majors are built one after another, and their SQL suites run one after another, but each
 # major's suite runs while the next major builds: a build keeps about one core busy (its last
 # step, the LTO link, is one process), a suite mostly waits. So -j2, and a chain of each kind.
+# Last, the first major's packages built twice from nothing and compared (make reproducible).
 test-steps: unit glue-unit sim-budget sim-regressions loom
 	@$(MAKE) --no-print-directory -j2 --output-sync=target $(addprefix suite-,$(TEST_MAJORS)) SUITE=$(SUITE)
+	@$(call timed,reproducible packages of PostgreSQL $(firstword $(TEST_MAJORS)),$(MAKE) --no-print-directory reproducible PG_MAJOR=$(firstword $(TEST_MAJORS)))
 
 # built-NN: major NN built, installed and packaged; suite-NN: its SQL suite. Each waits for the
 # one of the major before it ($(MAJOR_PAIRS): "15:16 16:17 ...").
@@ -145,7 +153,7 @@ unit:
 # The horizon's slots over every interleaving of backends and a reader (core/src/horizon.rs,
 # `loom_tests`), in a build of their own: --cfg loom swaps the slots' atomics for loom's.
 loom:
-	RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom $(CARGO) test --release -p snowflake-core --lib loom_tests
+	RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=$(TARGET_DIR)/loom $(CARGO) test --release -p snowflake-core --lib loom_tests
 
 # The deterministic simulator (sim/, CONTRIBUTING.md "The simulator"): `make sim` runs schedules
 # from a random seed for SIM_SECONDS (default 60) and is what a contributor runs before a
@@ -214,7 +222,7 @@ suite-major:
 	  SNOWFLAKE_UPGRADE_FROM_PG_CONFIGS="$$(for m in $(if $(RUNS_UPGRADES),$(UPGRADE_SOURCES)); do scripts/pg.sh $$m; done)" \
 	  $(CARGO) nextest run --test '*' $(if $(NEXTEST_THREADS),--test-threads $(NEXTEST_THREADS)) \
 	    $(if $(SUITE_FILTER),-E '$(SUITE_FILTER)'); \
-	  rc=$$?; cp target/nextest/default/junit.xml target/nextest/junit-pg$(PG_MAJOR).xml 2>/dev/null; exit $$rc
+	  rc=$$?; cp $(TARGET_DIR)/nextest/default/junit.xml $(TARGET_DIR)/nextest/junit-pg$(PG_MAJOR).xml 2>/dev/null; exit $$rc
 
 # What make test runs of the SQL suite on each major: everything on the oldest and the newest,
 # and on the others the files that cover code or behaviour that differs there (CONTRIBUTING.md

@@ -35,8 +35,7 @@ NAME=postgresql-$PG_MAJOR-snowflake
 # same package. Not exported: cargo would rebuild what `make install` built (cc reads it).
 epoch=${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct 2>/dev/null || date +%s)}
 
-build_release "$PG_MAJOR" "$PG_CONFIG"
-tree=target/release/snowflake-pg$PG_MAJOR
+tree=$(build_release "$PG_MAJOR" "$PG_CONFIG")
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
 pkg=$stage/pkg dbg=$stage/dbgsym
@@ -165,8 +164,8 @@ control "$dbg" "$NAME-dbgsym" \
   "Build-Ids: $build_id" \
   "Description: debug symbols for $NAME"
 
-out=target/${NAME}_${VERSION}_${ARCH}.deb
-dbgout=target/${NAME}-dbgsym_${VERSION}_${ARCH}.deb
+out=$target_dir/${NAME}_${VERSION}_${ARCH}.deb
+dbgout=$target_dir/${NAME}-dbgsym_${VERSION}_${ARCH}.deb
 SOURCE_DATE_EPOCH=$epoch dpkg-deb --root-owner-group --build "$pkg" "$out" >/dev/null
 SOURCE_DATE_EPOCH=$epoch dpkg-deb --root-owner-group --build "$dbg" "$dbgout" >/dev/null
 echo "$out"

@@ -28,8 +28,7 @@ NAME=snowflake_$PG_MAJOR
 PREFIX=/usr/pgsql-$PG_MAJOR
 epoch=${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct 2>/dev/null || date +%s)}
 
-build_release "$PG_MAJOR" "$PG_CONFIG"
-tree=target/release/snowflake-pg$PG_MAJOR
+tree=$(build_release "$PG_MAJOR" "$PG_CONFIG")
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
 # The files as installed, under files/; rpmbuild's own tree (its %_topdir) under top/.
@@ -114,6 +113,6 @@ SOURCE_DATE_EPOCH=$epoch rpmbuild -bb --quiet "$stage/snowflake.spec" \
   --define "clamp_mtime_to_source_date_epoch 1" \
   --define "_binary_payload w9.gzdio" >/dev/null
 for f in "$stage"/top/RPMS/*/*.rpm; do
-  cp "$f" target/
-  echo "target/$(basename "$f")"
+  cp "$f" "$target_dir/"
+  echo "$target_dir/$(basename "$f")"
 done

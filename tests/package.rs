@@ -924,6 +924,67 @@ fn every_linked_crate_s_licence_is_in_both_packages() {
     assert!(missing.is_empty(), "{}", missing.join("\n"));
 }
 
+// ---- Reproducible: the same commit gives the same packages (issue 63).
+
+/// cargo-pgrx writes the extension's script in one of several valid orders of its dependency
+/// graph, another from run to run; `make package` writes it again in the order of
+/// tools/sql-order. Here that tool rebuilds pgrx's graph from the packaged library's schema
+/// section 50 times with its edges added in shuffled orders (as cargo-pgrx's random HashMap
+/// seeds do): the orders must differ without the sort (else this test could not see the
+/// defect), give one script with it, and that script must be the packaged one, in the .deb and
+/// in the RPM alike. Two whole builds compared byte for byte: `make reproducible`.
+#[test]
+fn the_packaged_script_is_in_the_one_order_of_its_graph() {
+    let major = pg_major();
+    let deb = Unpacked::new(&find_deb(major), "sql-order");
+    let library = deb.path(&format!("/usr/lib/postgresql/{major}/lib/snowflake.so"));
+    let script = deb.path(&format!(
+        "/usr/share/postgresql/{major}/extension/snowflake--{VERSION}.sql"
+    ));
+    let section = deb.0.join("pgrxsc.bin");
+    run(Command::new("objcopy")
+        .args(["-O", "binary", "--only-section=.pgrxsc"])
+        .arg(&library)
+        .arg(&section));
+    assert!(
+        fs::metadata(&section).unwrap().len() > 0,
+        "{} has no .pgrxsc section (pgrx's schema)",
+        library.display()
+    );
+    let workspace = env!("CARGO_MANIFEST_DIR");
+    let out = run(Command::new(format!("{workspace}/scripts/cargo"))
+        .current_dir(workspace)
+        .env_remove("RUSTFLAGS")
+        .env_remove("CFLAGS")
+        .args(["run", "--quiet", "-p", "snowflake-sql-order", "--"])
+        .arg(&section)
+        .arg("snowflake.control")
+        .arg(VERSION)
+        .arg(&script)
+        .args(["--check", "50"]));
+    // "50 shuffled edge orders: 1 script sorted, N distinct unsorted"
+    let unsorted: usize = out
+        .trim()
+        .strip_suffix(" distinct unsorted")
+        .and_then(|s| s.rsplit(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("snowflake-sql-order said: {out}"));
+    assert!(
+        unsorted > 1,
+        "the shuffled edge orders all gave one script without the sort: this test cannot see an \
+         unsorted generation ({out})"
+    );
+    let rpm = rpm_unpacked(&find_rpm_of(major, ""), "sql-order");
+    let rpm_script = rpm.path(&format!(
+        "/usr/pgsql-{major}/share/extension/snowflake--{VERSION}.sql"
+    ));
+    assert!(
+        fs::read(&rpm_script).unwrap() == fs::read(&script).unwrap(),
+        "the RPM's {} is not the .deb's",
+        rpm_script.display()
+    );
+}
+
 // ---- The .deb in Debian's own PostgreSQL 15: dpkg, pg_createcluster, an upgrade, a removal.
 
 /// Debian's system, seen through a private mount namespace whose /usr, /etc and /var are
@@ -1061,8 +1122,8 @@ fn the_deb_installs_upgrades_and_removes_in_debian_s_postgresql_15() {
         );
     }
     let new = find_deb(15);
-    let previous = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!(
-        "target/previous/postgresql-15-snowflake_1.6.0_{}.deb",
+    let previous = common::target_dir().join(format!(
+        "previous/postgresql-15-snowflake_1.6.0_{}.deb",
         field(&new, "Architecture")
     ));
     if !previous.exists() && shallow_clone() {

@@ -134,12 +134,23 @@ pub fn parse_error(stderr: &str) -> PgError {
     e
 }
 
-/// The one file of target/ whose name starts with `prefix` and ends with `ext`, made by `make`
-/// (`made_by`, for the message); one only, so that an old revision left beside it is noticed.
+/// Cargo's target directory, where `make package` and `make rpm` put the packages:
+/// `$CARGO_TARGET_DIR` (relative to the workspace) where it is set, else `target/`.
+pub fn target_dir() -> PathBuf {
+    let workspace = Path::new(env!("CARGO_MANIFEST_DIR"));
+    match std::env::var_os("CARGO_TARGET_DIR") {
+        Some(dir) if !dir.is_empty() => workspace.join(dir),
+        _ => workspace.join("target"),
+    }
+}
+
+/// The one file of the target directory whose name starts with `prefix` and ends with `ext`, made
+/// by `make` (`made_by`, for the message); one only, so that an old revision left beside it is
+/// noticed.
 pub fn find_target_file(prefix: &str, ext: &str, made_by: &str) -> PathBuf {
-    let target = Path::new(env!("CARGO_MANIFEST_DIR")).join("target");
+    let target = target_dir();
     let found: Vec<PathBuf> = std::fs::read_dir(&target)
-        .expect("target/ exists")
+        .unwrap_or_else(|e| panic!("{}: {e}: run `{made_by}` first", target.display()))
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| {
             let name = p.file_name().unwrap().to_string_lossy().to_string();
@@ -148,8 +159,14 @@ pub fn find_target_file(prefix: &str, ext: &str, made_by: &str) -> PathBuf {
         .collect();
     match found.as_slice() {
         [one] => one.clone(),
-        [] => panic!("no {prefix}*{ext} under target/: run `{made_by}` first"),
-        more => panic!("more than one {prefix}*{ext} under target/ (remove the old): {more:?}"),
+        [] => panic!(
+            "no {prefix}*{ext} under {}: run `{made_by}` first",
+            target.display()
+        ),
+        more => panic!(
+            "more than one {prefix}*{ext} under {} (remove the old): {more:?}",
+            target.display()
+        ),
     }
 }
 
