@@ -124,10 +124,8 @@ test-all:
 # The majors are built one after another, and their SQL suites run one after another, but each
 # major's suite runs while the next major builds: a build keeps about one core busy (its last
 # step, the LTO link, is one process), a suite mostly waits. So -j2, and a chain of each kind.
-# Last, the first major's packages built twice from nothing and compared (make reproducible).
 test-steps: unit glue-unit sim-budget sim-regressions loom
 	@$(MAKE) --no-print-directory -j2 --output-sync=target $(addprefix suite-,$(TEST_MAJORS)) SUITE=$(SUITE)
-	@$(call timed,reproducible packages of PostgreSQL $(firstword $(TEST_MAJORS)),$(MAKE) --no-print-directory reproducible PG_MAJOR=$(firstword $(TEST_MAJORS)))
 
 # built-NN: major NN built, installed and packaged; suite-NN: its SQL suite. Each waits for the
 # one of the major before it ($(MAJOR_PAIRS): "15:16 16:17 ...").
