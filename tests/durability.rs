@@ -609,6 +609,33 @@ fn restored_dump_never_lowers_the_floor(format: &str) {
     assert_all_above(&c, floor, "after the crash");
 }
 
+/// A thousand IDs of `c` in one statement, or the message of its error.
+fn thousand_ids(c: &Cluster) -> Result<Vec<i64>, String> {
+    c.try_sql("SELECT snowflake_nextval() FROM generate_series(1, 1000)")
+        .map(|out| out.lines().map(|l| l.parse().unwrap()).collect())
+        .map_err(|e| e.message)
+}
+
+/// The promoted server issues, once it can, until it is past every ID of `old` (the old
+/// primary's): each of the old primary's milliseconds has been its own too by then. Its IDs,
+/// and how many of them are in `old`.
+fn issue_past(promoted: &Cluster, old: &[i64]) -> (Vec<i64>, usize) {
+    assert!(common::eventually(60, || thousand_ids(promoted).is_ok()));
+    let old_max = old.iter().copied().max().unwrap();
+    let old: std::collections::HashSet<i64> = old.iter().copied().collect();
+    let mut new = Vec::new();
+    let until = std::time::Instant::now() + Duration::from_secs(90);
+    while new.last().is_none_or(|&id| id <= old_max) {
+        assert!(
+            std::time::Instant::now() < until,
+            "the promoted standby did not pass the old primary's IDs"
+        );
+        new.extend(thousand_ids(promoted).unwrap());
+    }
+    let equal = new.iter().filter(|id| old.contains(id)).count();
+    (new, equal)
+}
+
 /// Issue 50, item 1: the lease worker's commit waits for the synchronous standby, and a cancel
 /// (or a terminate) of that wait makes PostgreSQL return the commit with a WARNING, committed
 /// locally only. No ID may be issued under such a lease: after a failover to the standby (its
@@ -637,22 +664,9 @@ fn failover_after_the_workers_synchronous_wait_is_interrupted(how: &str) {
         "s1:sync",
         30,
     );
-    let walsender =
-        primary.sql_i64("SELECT pid FROM pg_stat_replication WHERE application_name = 's1'");
-    let signal = |sig: &str| {
-        let ok = std::process::Command::new("kill")
-            .args([sig, &walsender.to_string()])
-            .status()
-            .unwrap()
-            .success();
-        assert!(ok, "kill {sig} {walsender}");
-    };
+    let signal = primary.walsender("s1");
     // Only the worker's own commits wait for the standby: the load reads IDs, it writes nothing.
-    let ids = |c: &Cluster| -> Result<Vec<i64>, String> {
-        c.try_sql("SELECT snowflake_nextval() FROM generate_series(1, 1000)")
-            .map(|out| out.lines().map(|l| l.parse().unwrap()).collect())
-            .map_err(|e| e.message)
-    };
+    let ids = thousand_ids;
     assert_eq!(ids(&primary).unwrap().len(), 1000);
     let ours = "before the synchronous standbys confirmed it";
     let stop = AtomicBool::new(false);
@@ -719,21 +733,7 @@ fn failover_after_the_workers_synchronous_wait_is_interrupted(how: &str) {
     primary.stop("immediate");
     standby.start();
     standby.promote();
-    assert!(common::eventually(60, || ids(&standby).is_ok()));
-    // The promoted standby issues until it is past every ID the old primary issued: each of the
-    // old primary's milliseconds has been its own too by then.
-    let old_max = old.iter().copied().max().unwrap();
-    let old: std::collections::HashSet<i64> = old.into_iter().collect();
-    let mut new = Vec::new();
-    let until = std::time::Instant::now() + Duration::from_secs(90);
-    while new.last().is_none_or(|&id| id <= old_max) {
-        assert!(
-            std::time::Instant::now() < until,
-            "the promoted standby did not pass the old primary's IDs"
-        );
-        new.extend(ids(&standby).unwrap());
-    }
-    let equal = new.iter().filter(|id| old.contains(id)).count();
+    let (new, equal) = issue_past(&standby, &old);
     eprintln!(
         "pg_{how}_backend interrupted {signalled} waits; the old primary issued {} IDs, the promoted standby {}, equal: {equal}",
         old.len(),
@@ -792,21 +792,8 @@ fn failover_to_a_standby_made_synchronous_while_it_lagged_repeats_nothing() {
         "s1:sync,s2:async",
         30,
     );
-    let walsender =
-        primary.sql_i64("SELECT pid FROM pg_stat_replication WHERE application_name = 's2'");
-    let signal = |sig: &str| {
-        let ok = std::process::Command::new("kill")
-            .args([sig, &walsender.to_string()])
-            .status()
-            .unwrap()
-            .success();
-        assert!(ok, "kill {sig} {walsender}");
-    };
-    let ids = |c: &Cluster| -> Result<Vec<i64>, String> {
-        c.try_sql("SELECT snowflake_nextval() FROM generate_series(1, 1000)")
-            .map(|out| out.lines().map(|l| l.parse().unwrap()).collect())
-            .map_err(|e| e.message)
-    };
+    let signal = primary.walsender("s2");
+    let ids = thousand_ids;
     let issued = || primary.sql_i64("SELECT ids_issued FROM snowflake_stats()");
     let seen = "snowflake: the synchronous standbys changed";
     // Batches that started after the worker saw the switch and before s2 caught up.
@@ -875,19 +862,7 @@ fn failover_to_a_standby_made_synchronous_while_it_lagged_repeats_nothing() {
     });
     primary.stop("immediate");
     s2.promote();
-    assert!(common::eventually(60, || ids(&s2).is_ok()));
-    let old_max = old.iter().copied().max().unwrap();
-    let old: std::collections::HashSet<i64> = old.into_iter().collect();
-    let mut new = Vec::new();
-    let until = std::time::Instant::now() + Duration::from_secs(90);
-    while new.last().is_none_or(|&id| id <= old_max) {
-        assert!(
-            std::time::Instant::now() < until,
-            "the promoted standby did not pass the old primary's IDs"
-        );
-        new.extend(ids(&s2).unwrap());
-    }
-    let equal = new.iter().filter(|id| old.contains(id)).count();
+    let (new, equal) = issue_past(&s2, &old);
     eprintln!(
         "the old primary issued {} IDs, the promoted s2 {}, equal: {equal}",
         old.len(),

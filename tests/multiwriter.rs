@@ -1880,16 +1880,7 @@ fn a_lost_writers_pair_handed_over_continues_above_every_id_it_issued() {
         30,
     );
     // The path stalls.
-    let walsender =
-        a.sql_i64("SELECT pid FROM pg_stat_replication WHERE application_name = 'sub_from_a'");
-    let kill = |sig: &str| {
-        let ok = std::process::Command::new("kill")
-            .args([sig, &walsender.to_string()])
-            .status()
-            .unwrap()
-            .success();
-        assert!(ok, "kill {sig} {walsender}");
-    };
+    let kill = a.walsender("sub_from_a");
     kill("-STOP");
     let seen_by_h = h.sql_i64(&format!(
         "SELECT lease_id FROM _snowflake.claims WHERE system_identifier = {a_sysid}"

@@ -538,6 +538,23 @@ impl Cluster {
         text
     }
 
+    /// The walsender that serves `application_name` (a standby's `cluster_name`, a
+    /// subscription's name), and a way to signal it: "-STOP" makes its peer lag, "-CONT" lets it
+    /// go on, "-KILL" ends it unheard.
+    pub fn walsender(&self, application_name: &str) -> impl Fn(&str) {
+        let pid = self.sql_i64(&format!(
+            "SELECT pid FROM pg_stat_replication WHERE application_name = '{application_name}'"
+        ));
+        move |sig: &str| {
+            let ok = Command::new("kill")
+                .args([sig, &pid.to_string()])
+                .status()
+                .unwrap()
+                .success();
+            assert!(ok, "kill {sig} {pid}");
+        }
+    }
+
     pub fn postmaster_pid(&self) -> i32 {
         fs::read_to_string(self.data.join("postmaster.pid"))
             .unwrap()
