@@ -112,7 +112,7 @@ unsafe extern "C-unwind" fn nextval_slow(first: &Option<Result<Step, GenError>>)
                     }
                     Step::Issued(_) => {}
                 }
-                pg_sys::check_for_interrupts!();
+                generator::check_for_interrupts_counted();
                 Ok(())
             },
         );

@@ -327,13 +327,32 @@ pub fn wake_worker() {
 
 /// One wait of a backend for the lease worker, with no lock held: a short sleep that doubles
 /// with every `round` up to a few milliseconds (a lease usually arrives within one WAL flush; a
-/// worker that is down or blocked is not polled thousands of times a second), then the
-/// interrupt check that lets a cancel or a termination through.
+/// worker that is down or blocked is not polled thousands of times a second). The caller checks
+/// for interrupts after it: `snowflake_nextval()` with [`check_for_interrupts_counted`].
 pub fn nap_for_lease(round: &mut u32) {
     let micros = 100u32 << (*round).min(6);
     *round += 1;
     wake_worker();
     unsafe { pg_sys::pg_usleep(micros.into()) };
+}
+
+/// The interrupt check of a waiting `snowflake_nextval()`: a cancel (`statement_timeout`
+/// among them) or a termination ends the call with an error here, so the call is counted as a
+/// failed one first ([`count_failure`]), as `ProcessInterrupts` will raise it: pending, and not
+/// held off.
+pub fn check_for_interrupts_counted() {
+    // SAFETY: flags and counters of this process that PostgreSQL's signal handlers and
+    // CHECK_FOR_INTERRUPTS read the same way.
+    let raises = unsafe {
+        pg_sys::InterruptPending != 0
+            && pg_sys::InterruptHoldoffCount == 0
+            && pg_sys::CritSectionCount == 0
+            && (pg_sys::ProcDiePending != 0
+                || (pg_sys::QueryCancelPending != 0 && pg_sys::QueryCancelHoldoffCount == 0))
+    };
+    if raises {
+        count_failure();
+    }
     pg_sys::check_for_interrupts!();
 }
 
@@ -370,7 +389,7 @@ pub fn look_again(limit: std::time::Duration) -> bool {
         }
         unsafe { pg_sys::pg_usleep(micros.into()) };
         micros = (micros * 2).min(10_000);
-        pg_sys::check_for_interrupts!();
+        check_for_interrupts_counted();
     }
 }
 
@@ -393,6 +412,7 @@ pub fn wait_until_persisted(ms: u64, limit: std::time::Duration) -> Result<(), (
             return Err(());
         }
         nap_for_lease(&mut round);
+        pg_sys::check_for_interrupts!();
     }
 }
 
