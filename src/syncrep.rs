@@ -72,18 +72,29 @@ pub fn wait_for_last_commit() {
     }
 }
 
-/// Who confirms a commit here now ([`crate::core::worker`], rule 9), in a transaction of its
-/// own: this process's `synchronous_standby_names` (read again after each SIGHUP) and the
-/// walsenders PostgreSQL's own rules count as synchronous for it (`sync` with a priority list,
-/// `quorum` with `ANY`), as `pg_stat_replication` shows them.
+/// Who confirms a commit here now ([`crate::core::worker`], rule 9): this process's
+/// `synchronous_standby_names` (read again after each SIGHUP) and the walsenders PostgreSQL's own
+/// rules count as synchronous for it (`sync` with a priority list, `quorum` with `ANY`), as
+/// `pg_stat_replication` shows them. With no name set (or no walsender possible) none is: then
+/// no transaction is needed, which is the common case the worker meets after every nap.
 pub fn standbys_now() -> Standbys {
-    BackgroundWorker::transaction(|| {
-        let names = Spi::get_one::<String>(
-            "SELECT pg_catalog.current_setting('synchronous_standby_names')",
-        )
-        .expect("read synchronous_standby_names")
-        .unwrap_or_default();
-        let pids = Spi::connect(|client| {
+    // SAFETY: PostgreSQL's own setting, NUL-terminated when set, and a plain integer setting.
+    let names = unsafe {
+        let p = pg_sys::SyncRepStandbyNames;
+        if p.is_null() {
+            String::new()
+        } else {
+            CStr::from_ptr(p).to_string_lossy().into_owned()
+        }
+    };
+    if names.is_empty() || unsafe { pg_sys::max_wal_senders } == 0 {
+        return Standbys {
+            names,
+            pids: Vec::new(),
+        };
+    }
+    let pids = BackgroundWorker::transaction(|| {
+        Spi::connect(|client| {
             client
                 .select(
                     "SELECT pid, sync_state FROM pg_catalog.pg_stat_replication ORDER BY pid",
@@ -97,9 +108,9 @@ pub fn standbys_now() -> Standbys {
                     matches!(state.as_str(), "sync" | "quorum").then_some(pid)
                 })
                 .collect()
-        });
-        Standbys { names, pids }
-    })
+        })
+    });
+    Standbys { names, pids }
 }
 
 /// Whether `lsn` needs no confirmation or has it, as `SyncRepWaitForLSN` decides whether to wait
